@@ -1,0 +1,1 @@
+"""The audit_log actor: keeps the append-only, hash-chained audit trail."""

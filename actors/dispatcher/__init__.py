@@ -1,0 +1,1 @@
+"""The dispatcher actor: replays, queues, in-flight actions and the state machine of spec/03."""

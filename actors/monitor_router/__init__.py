@@ -1,0 +1,1 @@
+"""The monitor_router actor: resolves which monitor of an agent an action targets (spec/01 §4)."""

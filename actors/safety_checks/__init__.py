@@ -1,0 +1,1 @@
+"""The safety_checks actor: the checklist a person acknowledges before a critical step."""

@@ -1,0 +1,190 @@
+"""The client side of MDP/0.2, with several requests outstanding matched by message id.
+
+:class:`Client` is poll-driven for actors (callbacks, per-request timeout and retries);
+:class:`SyncClient` is the blocking Lazy Pirate for commands and tests: wait for the reply,
+and on timeout close the socket, open a new one and send again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from broker import mdp
+from broker.worker import SocketSetup
+from messages.base import Message
+from messages.codec import Envelope, MessageError, decode, encode, new_id
+from messages.control import ErrorReply
+
+
+class CallFailed(RuntimeError):
+    """No reply after every retry, or a reply that is not a valid message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+Callback = Callable[[Envelope[Message] | None, CallFailed | None], None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    service: bytes
+    payload: bytes
+    timeout_s: float
+    retries_left: int
+    callback: Callback
+    deadline: float = field(default=0.0)
+
+
+def _new_socket(ctx: zmq.Context[Any], endpoint: str, setup: SocketSetup | None) -> Any:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL, 100)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    if setup is not None:
+        setup(sock)
+    sock.connect(endpoint)
+    return sock
+
+
+def _reply_envelope(frames: list[bytes]) -> tuple[bool, Envelope[Message] | None, str]:
+    """(is_final, envelope or None, error text) of a broker → client command."""
+    if len(frames) < 4 or frames[0] != mdp.CLIENT or frames[1] not in (mdp.C_PARTIAL,
+                                                                         mdp.C_FINAL):
+        return False, None, "not an MDP/0.2 client reply"
+    try:
+        return frames[1] == mdp.C_FINAL, decode(frames[3]), ""
+    except MessageError as exc:
+        return frames[1] == mdp.C_FINAL, None, str(exc)
+
+
+class Client:
+    """Many requests in flight at once; each reply matched to its request by envelope id."""
+
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str,
+                 setup: SocketSetup | None = None) -> None:
+        self.socket: zmq.Socket[bytes] = _new_socket(ctx, endpoint, setup)
+        self._pending: dict[str, _Pending] = {}
+        self._deadlines: list[tuple[float, str]] = []
+
+    def call(self, service: str, message: Message, callback: Callback,
+             timeout_s: float = 2.5, retries: int = 2, msg_id: str | None = None) -> str:
+        """Send ``message`` to ``service``; ``callback(reply, None)`` or ``(None, error)`` later.
+
+        A retry re-sends the same bytes with the same id, so receivers can deduplicate.
+        """
+        msg_id = msg_id or new_id()
+        pending = _Pending(service.encode(), encode(message, msg_id), timeout_s, retries,
+                           callback)
+        self._pending[msg_id] = pending
+        self._send(msg_id, pending, time.monotonic())
+        return msg_id
+
+    def _send(self, msg_id: str, pending: _Pending, now: float) -> None:
+        pending.deadline = now + pending.timeout_s
+        heapq.heappush(self._deadlines, (pending.deadline, msg_id))
+        try:
+            self.socket.send_multipart(mdp.client_request(pending.service, pending.payload),
+                                       zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # the timeout path retries it
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    def drain(self) -> None:
+        """Read every waiting reply and run the callbacks of the requests they finish."""
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            final, envelope, _error = _reply_envelope(frames)
+            if envelope is None or not final:
+                continue  # partials and garbage are not the answer; the timeout covers loss
+            pending = self._pending.pop(envelope.id, None)
+            if pending is not None:
+                pending.callback(envelope, None)
+
+    def tick(self, now: float | None = None) -> None:
+        """Retry or fail the requests whose timeout has passed."""
+        now = time.monotonic() if now is None else now
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, msg_id = heapq.heappop(self._deadlines)
+            pending = self._pending.get(msg_id)
+            if pending is None or pending.deadline != deadline:
+                continue
+            if pending.retries_left > 0:
+                pending.retries_left -= 1
+                self._send(msg_id, pending, now)
+            else:
+                del self._pending[msg_id]
+                pending.callback(None, CallFailed(
+                    "timeout", f"no reply from {pending.service.decode()} in time"))
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines and self._deadlines[0][1] not in self._pending:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def close(self) -> None:
+        self.socket.close(0)
+
+
+class SyncClient:
+    """Blocking request/reply with the Lazy Pirate retry, for command-line tools and tests."""
+
+    def __init__(self, endpoint: str, ctx: zmq.Context[Any] | None = None,
+                 setup: SocketSetup | None = None) -> None:
+        self.ctx = ctx or zmq.Context.instance()
+        self.endpoint = endpoint
+        self.setup = setup
+        self.socket: zmq.Socket[bytes] = _new_socket(self.ctx, endpoint, setup)
+
+    def _reset(self) -> None:
+        self.socket.close(0)
+        self.socket = _new_socket(self.ctx, self.endpoint, self.setup)
+
+    def raw(self, service: str, *body: bytes, timeout_s: float = 2.5,
+            retries: int = 2) -> list[bytes]:
+        """The body frames of the FINAL reply to a raw request (for ``mmi.*``)."""
+        for _attempt in range(retries + 1):
+            self.socket.send_multipart(mdp.client_request(service.encode(), *body))
+            if self.socket.poll(int(timeout_s * 1000)):
+                frames = self.socket.recv_multipart()
+                if len(frames) >= 3 and frames[0] == mdp.CLIENT and frames[1] == mdp.C_FINAL:
+                    return frames[3:]
+            self._reset()
+        raise CallFailed("timeout", f"no reply from {service} after {retries + 1} tries")
+
+    def call(self, service: str, message: Message, timeout_s: float = 2.5,
+             retries: int = 2) -> Envelope[Message]:
+        """The reply to ``message``; raises CallFailed on timeout or an ErrorReply answer."""
+        msg_id = new_id()
+        payload = encode(message, msg_id)
+        deadline_each = timeout_s
+        for _attempt in range(retries + 1):
+            self.socket.send_multipart(mdp.client_request(service.encode(), payload))
+            end = time.monotonic() + deadline_each
+            while (remaining := end - time.monotonic()) > 0:
+                if not self.socket.poll(int(remaining * 1000) + 1):
+                    break
+                final, envelope, _error = _reply_envelope(self.socket.recv_multipart())
+                if envelope is None or envelope.id != msg_id or not final:
+                    continue  # a late reply to an earlier call, or a partial
+                if isinstance(envelope.body, ErrorReply):
+                    raise CallFailed(envelope.body.code, envelope.body.message)
+                return envelope
+            self._reset()
+        raise CallFailed("timeout", f"no reply from {service} after {retries + 1} tries")
+
+    def close(self) -> None:
+        self.socket.close(0)

@@ -1,0 +1,71 @@
+"""Settings shared by every process of the tree: endpoints, heartbeating, data directory.
+
+Precedence, highest first: command-line flags (passed as overrides), ``LEA_*`` environment
+variables, the TOML file named by ``--config`` / ``LEA_CONFIG``, then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every setting can be set from the environment as ``LEA_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="LEA_", extra="forbid", frozen=True)
+
+    mdp_endpoint: str = "tcp://127.0.0.1:5555"
+    bus_in_endpoint: str = "tcp://127.0.0.1:5556"
+    bus_out_endpoint: str = "tcp://127.0.0.1:5557"
+    data_dir: Path = Path("var")
+    heartbeat_interval_ms: int = Field(1000, ge=50, le=60_000)
+    heartbeat_liveness: int = Field(3, ge=2, le=10)
+    request_expiry_s: float = Field(30.0, gt=0)
+    max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    log_level: str = "INFO"
+    # Supervision (DESIGN.md §7).
+    supervisor_strategy: str = Field(
+        "one_for_one", pattern="^(one_for_one|rest_for_one|one_for_all)$"
+    )
+    restart_intensity: int = Field(5, ge=0)
+    restart_period_s: float = Field(30.0, gt=0)
+    shutdown_timeout_s: float = Field(5.0, gt=0)
+    beacon_timeout_s: float = Field(3.0, gt=0)
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        return self.heartbeat_interval_ms / 1000.0
+
+    @property
+    def heartbeat_expiry_s(self) -> float:
+        return self.heartbeat_interval_s * self.heartbeat_liveness
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from defaults, then the TOML file, then ``LEA_*`` env vars, then ``overrides``."""
+    path = config_file or os.environ.get("LEA_CONFIG")
+    file_values: dict[str, Any] = {}
+    if path:
+        with open(path, "rb") as fh:
+            file_values = tomllib.load(fh).get("lea", {})
+    from_env = Settings()
+    env_set = {
+        name for name in Settings.model_fields if f"LEA_{name.upper()}" in os.environ
+    }
+    merged = {k: v for k, v in file_values.items() if k not in env_set}
+    merged.update({k: getattr(from_env, k) for k in env_set})
+    merged.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings.model_validate(merged) if merged else from_env
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """``LEA_*`` variables that hand ``settings`` to a child process."""
+    return {
+        f"LEA_{name.upper()}": str(getattr(settings, name)) for name in Settings.model_fields
+    }

@@ -1,0 +1,122 @@
+"""The worker side of MDP/0.2: a DEALER that registers a service, heartbeats and reconnects.
+
+Non-blocking and poll-driven, like the Guide's mdwrkapi but without owning the loop: the
+owner polls :attr:`Worker.socket`, calls :meth:`Worker.drain` when it is readable and
+:meth:`Worker.tick` at least every heartbeat interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+from loguru import logger
+
+from broker import mdp
+
+SocketSetup = Callable[["zmq.Socket[bytes]"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request the broker handed us: reply to ``client`` with the same address."""
+
+    client: bytes
+    body: list[bytes]
+
+
+class Worker:
+    """One MDP worker connection for ``service``."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context[Any],
+        endpoint: str,
+        service: str,
+        heartbeat_interval_s: float = 1.0,
+        liveness: int = 3,
+        setup: SocketSetup | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.service = service.encode()
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.liveness = liveness
+        self.setup = setup
+        self.socket: zmq.Socket[bytes] = self._connect()
+        self.connections = 1
+
+    def _connect(self) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        if self.setup is not None:
+            self.setup(sock)
+        sock.connect(self.endpoint)
+        sock.send_multipart(mdp.worker_ready(self.service))
+        now = time.monotonic()
+        self.heard_at = now
+        self.sent_at = now
+        return sock
+
+    def reconnect(self, reason: str) -> None:
+        """Close the socket and register again on a new one (RFC 18: after DISCONNECT)."""
+        logger.info("worker {}: reconnecting to {} ({})", self.service.decode(), self.endpoint,
+                    reason)
+        self.socket.close(0)
+        self.socket = self._connect()
+        self.connections += 1
+
+    def drain(self) -> list[Request]:
+        """Every command waiting on the socket; returns the requests among them."""
+        requests: list[Request] = []
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return requests
+            self.heard_at = time.monotonic()
+            if len(frames) < 2 or frames[0] != mdp.WORKER:
+                logger.warning("worker {}: dropped invalid frames from broker",
+                               self.service.decode())
+                continue
+            command = frames[1]
+            if command == mdp.W_REQUEST and len(frames) >= 5 and frames[3] == b"":
+                requests.append(Request(client=frames[2], body=frames[4:]))
+            elif command == mdp.W_DISCONNECT:
+                self.reconnect("broker sent DISCONNECT")
+                return requests
+            elif command != mdp.W_HEARTBEAT:
+                logger.warning("worker {}: unexpected command {!r}", self.service.decode(),
+                               command)
+
+    def reply(self, request: Request, *body: bytes, final: bool = True) -> None:
+        """Send PARTIAL (``final=False``) or FINAL for ``request``."""
+        self.socket.send_multipart(mdp.worker_reply(request.client, *body, final=final))
+        self.sent_at = time.monotonic()
+
+    def tick(self, now: float | None = None) -> None:
+        """Heartbeat when due; reconnect when the broker has been silent past liveness."""
+        now = time.monotonic() if now is None else now
+        if now - self.heard_at > self.heartbeat_interval_s * self.liveness:
+            self.reconnect("broker silent past liveness")
+            return
+        if now - self.sent_at >= self.heartbeat_interval_s:
+            self.socket.send_multipart(mdp.heartbeat())
+            self.sent_at = now
+
+    def next_deadline(self) -> float:
+        """When :meth:`tick` must next be called (monotonic seconds)."""
+        return min(self.sent_at + self.heartbeat_interval_s,
+                   self.heard_at + self.heartbeat_interval_s * self.liveness)
+
+    def close(self) -> None:
+        """Tell the broker we leave, then close."""
+        with contextlib.suppress(zmq.ZMQError):
+            self.socket.send_multipart(mdp.disconnect(), zmq.NOBLOCK)
+        self.socket.close(linger=100)

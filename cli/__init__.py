@@ -1,0 +1,1 @@
+"""The command line behind ``python run.py``."""

@@ -1,0 +1,81 @@
+"""Argument parsing for ``python run.py``; each command lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from actors import ACTORS
+from broker.config import Settings, load_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python run.py",
+        description="Léa replay orchestrator. Without a command: 'up'.",
+    )
+    parser.add_argument("--config", help="TOML file with a [lea] table of settings")
+    parser.add_argument("--data-dir", help="where state is kept (default var/)")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("up", help="start the broker and the actors under the supervisor")
+    sub.add_parser("broker", help="run the broker alone (the supervisor does this)")
+    actor = sub.add_parser("actor", help="run one actor alone (the supervisor does this)")
+    actor.add_argument("name", choices=sorted(ACTORS))
+    tap = sub.add_parser("tap", help="print bus events live")
+    tap.add_argument("prefix", nargs="?", default="lea:")
+    tap.add_argument("--json", action="store_true", help="JSON lines")
+    ping = sub.add_parser("ping", help="call every service and print its round trip")
+    ping.add_argument("services", nargs="*", help="default: the six actors")
+    ping.add_argument("--json", action="store_true")
+    ping.add_argument("--timeout", type=float, default=2.0, help="seconds per service")
+    return parser
+
+
+def _up(settings: Settings, _args: argparse.Namespace) -> int:
+    from supervision.tree import run_tree
+
+    return run_tree(settings)
+
+
+def _broker(settings: Settings, _args: argparse.Namespace) -> int:
+    from actors.logs import setup_logging
+    from broker.broker import Broker
+
+    setup_logging("broker", settings.log_level)
+    return Broker(settings).run()
+
+
+def _actor(settings: Settings, args: argparse.Namespace) -> int:
+    from actors import actor_class
+    from actors.logs import setup_logging
+
+    setup_logging(args.name, settings.log_level)
+    return actor_class(args.name)(settings).run()
+
+
+def _tap(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.tap import tap
+
+    return tap(settings, args.prefix, args.json)
+
+
+def _ping(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.ping import ping
+
+    return ping(settings, args.services or None, args.json, args.timeout)
+
+
+COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
+    "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(args.config, data_dir=args.data_dir)
+    except (OSError, ValueError) as exc:
+        print(f"error: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    return COMMANDS[args.command or "up"](settings, args)

@@ -1,0 +1,52 @@
+"""``run.py ping``: call every service through the broker, print its status and round trip."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from actors import ACTORS
+from broker.client import CallFailed, SyncClient
+from broker.config import Settings
+from messages.control import Ping, Pong
+
+
+def ping_service(client: SyncClient, service: str, timeout_s: float) -> dict[str, object]:
+    """One row: service, status (ok | missing | no_reply | error), rtt_ms, pid."""
+    row: dict[str, object] = {"service": service, "status": "ok", "rtt_ms": None, "pid": None}
+    try:
+        presence = client.raw("mmi.service", service.encode(), timeout_s=timeout_s, retries=0)
+    except CallFailed:
+        row["status"] = "broker_unreachable"
+        return row
+    if presence[:1] != [b"200"]:
+        row["status"] = "missing"
+        return row
+    start = time.perf_counter()
+    try:
+        reply = client.call(service, Ping(), timeout_s=timeout_s, retries=1)
+    except CallFailed as exc:
+        row["status"] = "no_reply" if exc.code == "timeout" else f"error:{exc.code}"
+        return row
+    row["rtt_ms"] = round((time.perf_counter() - start) * 1000, 3)
+    if isinstance(reply.body, Pong):
+        row["pid"] = reply.body.pid
+        row["status"] = reply.body.status
+    return row
+
+
+def ping(settings: Settings, services: list[str] | None = None, as_json: bool = False,
+         timeout_s: float = 2.0) -> int:
+    """Print one line per service; exit code 1 if any is not ok."""
+    client = SyncClient(settings.mdp_endpoint)
+    try:
+        rows = [ping_service(client, s, timeout_s) for s in services or list(ACTORS)]
+    finally:
+        client.close()
+    for row in rows:
+        if as_json:
+            print(json.dumps(row))
+        else:
+            rtt = f"{row['rtt_ms']:.2f} ms" if row["rtt_ms"] is not None else "-"
+            print(f"{row['service']:<16} {row['status']:<18} {rtt:>10}  pid={row['pid'] or '-'}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1

@@ -1,0 +1,36 @@
+"""Every message type as a pydantic model, and the msgpack codec that carries them."""
+
+from messages import dispatch, events, replay, workflow
+from messages.base import Message, model_for, registered_types
+from messages.codec import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    Envelope,
+    MessageError,
+    decode,
+    encode,
+    new_id,
+)
+from messages.control import ErrorReply, Ping, Pong
+from messages.events import Event
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "Envelope",
+    "ErrorReply",
+    "Event",
+    "Message",
+    "MessageError",
+    "Ping",
+    "Pong",
+    "decode",
+    "dispatch",
+    "encode",
+    "events",
+    "model_for",
+    "new_id",
+    "registered_types",
+    "replay",
+    "workflow",
+]

@@ -1,0 +1,133 @@
+"""Dispatch conversation: dispatcher ↔ agent, and dispatcher ↔ watchdog (spec/03 §4)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from messages.base import Message
+from messages.workflow import Action, TargetSpec
+
+MonitorSource = Literal["action", "focus", "composite_fallback"]
+
+
+class MonitorResolution(Message):
+    idx: int
+    offset_x: int
+    offset_y: int
+    w: int
+    h: int
+    source: MonitorSource
+
+
+class DispatchMeta(Message):
+    first_dispatched_at: float
+    resent_count: int = 0
+    last_resent_at: float = 0.0
+    resend_reason: str | None = None
+
+
+class DispatchAction(Message, type_name="action.dispatch"):
+    """Dispatcher → ``agent.<machine_id>``: execute this action (answered by ActionReceived)."""
+
+    replay_id: str
+    session_id: str
+    machine_id: str
+    action: Action
+    attempt_id: str
+    dispatch_meta: DispatchMeta
+    monitor_resolution: MonitorResolution | None = None
+
+
+class ActionReceived(Message, type_name="action.received"):
+    action_id: str
+    attempt_id: str
+
+
+class ActionReport(Message, type_name="action.report"):
+    """Agent → dispatcher: the outcome of one attempt (spec/03 §4.2); retried until acked."""
+
+    replay_id: str
+    session_id: str
+    machine_id: str
+    action_id: str
+    attempt_id: str
+    success: bool
+    error: str | None = None
+    warning: str | None = None
+    screenshot_before: bytes | None = None
+    screenshot_after: bytes | None = None
+    actual_position: dict[str, float] | None = None
+    resolution_method: str | None = None
+    resolution_score: float | None = None
+    resolution_elapsed_ms: float | None = None
+    target_description: str | None = None
+    target_spec: TargetSpec | None = None
+    correction: dict[str, Any] | None = None
+    system_dialog: dict[str, Any] | None = None
+    needs_human: bool = False
+    executed_at: float | None = None
+
+
+class ReportAck(Message, type_name="action.report_ack"):
+    """``accepted`` applied; ``duplicate``/``stale``/``unknown`` recorded and ignored."""
+
+    action_id: str
+    attempt_id: str
+    status: Literal["accepted", "duplicate", "stale", "unknown"]
+
+
+class AgentHello(Message, type_name="agent.hello"):
+    """An agent (re)started or reconnected: resend what it should be doing, now."""
+
+    machine_id: str = Field(min_length=1, max_length=128)
+    instance_id: str
+    pid: int
+
+
+class InFlight(Message):
+    """One action waiting for its report, as the watchdog tracks it."""
+
+    replay_id: str
+    session_id: str
+    machine_id: str
+    action_id: str
+    attempt_id: str
+    action_type: str
+    dispatched_at: float
+    resent_count: int = 0
+
+
+class Track(Message, type_name="watchdog.track"):
+    entry: InFlight
+
+
+class Untrack(Message, type_name="watchdog.untrack"):
+    action_id: str
+    attempt_id: str
+
+
+class ListInFlight(Message, type_name="dispatcher.list_inflight"):
+    """Watchdog → dispatcher after a restart: every action in flight."""
+
+
+class InFlightList(Message, type_name="dispatcher.inflight_list"):
+    entries: list[InFlight]
+
+
+class OrphanResend(Message, type_name="dispatcher.orphan_resend"):
+    """Watchdog → dispatcher: no report in time; resend if that attempt is still current."""
+
+    action_id: str
+    attempt_id: str
+    age_s: float
+
+
+class OrphanGiveUp(Message, type_name="dispatcher.orphan_giveup"):
+    """Watchdog → dispatcher: resends exhausted; abandon if that attempt is still current."""
+
+    action_id: str
+    attempt_id: str
+    age_s: float
+    resent_count: int

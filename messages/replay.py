@@ -1,0 +1,95 @@
+"""Control conversation: people and tools ↔ dispatcher (start, status, resume, cancel)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from messages.base import Message
+from messages.workflow import Workflow
+
+Mode = Literal["supervised", "autonomous"]
+ReplayStatusName = Literal["running", "paused_need_help", "completed", "failed", "cancelled"]
+
+
+class StartReplay(Message, type_name="replay.start"):
+    workflow: Workflow
+    machine_id: str = Field(min_length=1, max_length=128)
+    mode: Mode = "supervised"
+    session_id: str | None = Field(None, max_length=128)
+    operator: str | None = Field(None, max_length=128)
+
+
+class ReplayStarted(Message, type_name="replay.started"):
+    replay_id: str
+    session_id: str
+    status: ReplayStatusName
+
+
+class GetReplayStatus(Message, type_name="replay.status"):
+    """One replay by id, or every replay when ``replay_id`` is None."""
+
+    replay_id: str | None = None
+
+
+class SafetyCheck(Message):
+    id: str
+    label: str
+    required: bool = True
+    source: Literal["declarative", "llm_contextual", "system"] = "declarative"
+    evidence: str | None = None
+
+
+class ReplaySummary(Message):
+    replay_id: str
+    session_id: str
+    machine_id: str
+    workflow_id: str
+    mode: Mode
+    status: ReplayStatusName
+    index: int
+    total: int
+    completed_actions: int
+    current_action_id: str | None = None
+    pause_reason: str | None = None
+    pause_message: str | None = None
+    safety_checks: list[SafetyCheck] = Field(default_factory=list)
+    counters: dict[str, int] = Field(default_factory=dict)
+    created_at: float
+    updated_at: float
+
+
+class ReplayStatusReply(Message, type_name="replay.status_reply"):
+    replays: list[ReplaySummary]
+
+
+class ResumeReplay(Message, type_name="replay.resume"):
+    replay_id: str
+    acknowledged_check_ids: list[str] = Field(default_factory=list)
+    operator: str | None = Field(None, max_length=128)
+
+
+class ReplayResumed(Message, type_name="replay.resumed"):
+    status: Literal["resumed"] = "resumed"
+    replay_id: str
+    session_id: str
+    remaining_actions: int
+
+
+class CancelReplay(Message, type_name="replay.cancel"):
+    replay_id: str
+    operator: str | None = Field(None, max_length=128)
+
+
+class ReplayCancelled(Message, type_name="replay.cancelled"):
+    status: Literal["cancelled"] = "cancelled"
+    replay_id: str
+    session_id: str
+
+
+class Ack(Message, type_name="ack"):
+    """A plain 'done' for requests that need no other answer."""
+
+    status: str = "ok"
+    detail: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,113 @@
+"""Fixtures shared by the unit and integration tests: free endpoints and real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", help="run the long fuzz/chaos variants")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long variant: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def lea_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for a private tree: free ports, a temporary data dir, fast heartbeats."""
+    env = dict(os.environ)
+    env.update(
+        LEA_MDP_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
+        LEA_BUS_IN_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
+        LEA_BUS_OUT_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
+        LEA_DATA_DIR=str(tmp_path / "var"),
+        LEA_HEARTBEAT_INTERVAL_MS="250",
+        LEA_HEARTBEAT_LIVENESS="3",
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Spawn]:
+    """Start a real process (``spawn(argv, env=...)``); every one is killed at teardown.
+
+    Output goes to a log file under tmp_path, printed if the test fails.
+    """
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def _spawn(argv: list[str], env: dict[str, str] | None = None, name: str = "proc",
+               **kwargs: object) -> subprocess.Popen[bytes]:
+        log = tmp_path / f"{name}-{len(procs)}.log"
+        out = open(log, "wb")  # noqa: SIM115 - closed with the process
+        stdout = kwargs.pop("stdout", out)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=stdout, stderr=out if stdout is not out else subprocess.STDOUT,
+            cwd=ROOT, start_new_session=True, **kwargs,  # type: ignore[call-overload]
+        )
+        out.close()
+        procs.append((proc, log))
+        return proc
+
+    yield _spawn
+    for proc, _log in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    for proc, _log in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def python_argv(*args: str) -> list[str]:
+    """``python -m`` / script argv for the interpreter running the tests."""
+    return [sys.executable, *args]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0,
+               interval: float = 0.02) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)

@@ -25,9 +25,11 @@ from messages.control import ErrorReply
 class CallFailed(RuntimeError):
     """No reply after every retry, or a reply that is not a valid message."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, detail: dict[str, Any] | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.message = message
+        self.detail = detail or {}
 
 
 Callback = Callable[[Envelope[Message] | None, CallFailed | None], None]
@@ -181,7 +183,8 @@ class SyncClient:
                 if envelope is None or envelope.id != msg_id or not final:
                     continue  # a late reply to an earlier call, or a partial
                 if isinstance(envelope.body, ErrorReply):
-                    raise CallFailed(envelope.body.code, envelope.body.message)
+                    body = envelope.body
+                    raise CallFailed(body.code, body.message, body.detail)
                 return envelope
             self._reset()
         raise CallFailed("timeout", f"no reply from {service} after {retries + 1} tries")

@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     ping.add_argument("services", nargs="*", help="default: the six actors")
     ping.add_argument("--json", action="store_true")
     ping.add_argument("--timeout", type=float, default=2.0, help="seconds per service")
+    from cli import agent_cmd, replay_cmd, workflow_cmd
+
+    agent_cmd.add_arguments(sub.add_parser("agent", help="run a workstation agent"))
+    replay_cmd.add_arguments(sub.add_parser("replay", help="start, follow, resume, cancel"))
+    workflow_cmd.add_arguments(sub.add_parser("workflow", help="workflow schema and checks"))
     return parser
 
 
@@ -66,8 +71,27 @@ def _ping(settings: Settings, args: argparse.Namespace) -> int:
     return ping(settings, args.services or None, args.json, args.timeout)
 
 
+def _agent(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.agent_cmd import run
+
+    return run(settings, args)
+
+
+def _replay(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.replay_cmd import run
+
+    return run(settings, args)
+
+
+def _workflow(_settings: Settings, args: argparse.Namespace) -> int:
+    from cli.workflow_cmd import run
+
+    return run(args)
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
+    "agent": _agent, "replay": _replay, "workflow": _workflow,
 }
 
 

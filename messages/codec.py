@@ -69,7 +69,8 @@ def encode(body: Message, msg_id: str | None = None) -> bytes:
         "v": PROTOCOL_VERSION,
         "type": body.type_name,
         "id": msg_id or new_id(),
-        "body": body.model_dump(mode="json"),
+        # Python mode keeps bytes as bytes: msgpack carries them as bin, with no base64.
+        "body": body.model_dump(mode="python"),
     }
     data: bytes = msgpack.packb(envelope, use_bin_type=True)
     return data

@@ -122,6 +122,7 @@ class OrphanResend(Message, type_name="dispatcher.orphan_resend"):
     action_id: str
     attempt_id: str
     age_s: float
+    position: Literal["head", "tail"] = "head"
 
 
 class OrphanGiveUp(Message, type_name="dispatcher.orphan_giveup"):

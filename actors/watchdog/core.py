@@ -1,0 +1,92 @@
+"""The watchdog's decisions (spec/03 §7), pure: which in-flight actions are orphans, and
+whether to ask the dispatcher to resend them or to give up. Time is passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from messages.dispatch import InFlight, OrphanGiveUp, OrphanResend
+
+
+class WatchdogConfig(BaseSettings):
+    """The spec's env vars, names and defaults kept (DESIGN.md §4: 45 s over 30 s)."""
+
+    model_config = SettingsConfigDict(env_prefix="RPA_WATCHDOG_", frozen=True)
+
+    enabled: bool = True
+    scan_interval_s: float = Field(10.0, gt=0)
+    orphan_timeout_s: float = Field(45.0, gt=0)
+    max_resends: int = Field(2, ge=0)
+    repush_position: Literal["head", "tail"] = "head"
+
+
+@dataclass(slots=True)
+class _Timer:
+    entry: InFlight
+    started: float  # on the watchdog's clock
+    asked_at: float | None = None  # when we last asked the dispatcher about this attempt
+
+
+class WatchdogCore:
+    """The table of in-flight actions, keyed by action_id (I2: one attempt each)."""
+
+    def __init__(self, config: WatchdogConfig) -> None:
+        self.config = config
+        self._timers: dict[str, _Timer] = {}
+
+    def __len__(self) -> int:
+        return len(self._timers)
+
+    def track(self, entry: InFlight, now: float, age_s: float = 0.0) -> None:
+        """Start (or restart, for a new attempt) the timer of ``entry``, ``age_s`` old."""
+        self._timers[entry.action_id] = _Timer(entry, now - max(0.0, age_s))
+
+    def untrack(self, action_id: str, attempt_id: str | None = None) -> bool:
+        """Stop the timer; with ``attempt_id``, only if it is still that attempt's."""
+        timer = self._timers.get(action_id)
+        if timer is None or (attempt_id is not None and timer.entry.attempt_id != attempt_id):
+            return False
+        del self._timers[action_id]
+        return True
+
+    def rebuild(self, entries: list[InFlight], now: float, wall_now: float) -> None:
+        """Add the dispatcher's in-flight actions we do not track, keeping their real age.
+
+        A merge, not a replace: a Track that overtook the list is newer than the list. An
+        entry the list holds but the dispatcher has since finished is dropped when the
+        dispatcher answers our question about it.
+        """
+        for entry in entries:
+            if entry.action_id not in self._timers:
+                self.track(entry, now, age_s=wall_now - entry.dispatched_at)
+
+    def unanswered(self, action_id: str, attempt_id: str) -> None:
+        """Our question got no answer (dispatcher down): ask again at the next scan."""
+        timer = self._timers.get(action_id)
+        if timer is not None and timer.entry.attempt_id == attempt_id:
+            timer.asked_at = None
+
+    def scan(self, now: float) -> list[OrphanResend | OrphanGiveUp]:
+        """The questions to ask the dispatcher now (spec/03 §2: ORPHAN → resend or give up)."""
+        if not self.config.enabled:
+            return []
+        questions: list[OrphanResend | OrphanGiveUp] = []
+        for timer in self._timers.values():
+            age = now - timer.started
+            if age <= self.config.orphan_timeout_s or timer.asked_at is not None:
+                continue
+            timer.asked_at = now
+            entry = timer.entry
+            if entry.resent_count < self.config.max_resends:
+                questions.append(OrphanResend(action_id=entry.action_id,
+                                              attempt_id=entry.attempt_id, age_s=age,
+                                              position=self.config.repush_position))
+            else:
+                questions.append(OrphanGiveUp(action_id=entry.action_id,
+                                              attempt_id=entry.attempt_id, age_s=age,
+                                              resent_count=entry.resent_count))
+        return questions

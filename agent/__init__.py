@@ -1,0 +1,1 @@
+"""The workstation agent: transport, ledger, capture, executors."""

@@ -1,0 +1,57 @@
+"""The effects log: one JSON line per input the executor actually performed.
+
+Tests count its lines to prove an action ran exactly once, so a line is written and fsync'ed
+right after the effect, before anything else can happen (a crash, the report). Each line is
+one ``write`` on an ``O_APPEND`` file: several agents, or an agent and its restarted self,
+can share one log without interleaving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from messages.dispatch import DispatchAction
+
+
+class EffectsLog:
+    """Append-only JSON lines ``{action_id, attempt_id, type, machine_id, at}``."""
+
+    def __init__(self, path: str | Path, machine_id: str) -> None:
+        self.path = Path(path)
+        self.machine_id = machine_id
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+
+    def record(self, dispatch: DispatchAction) -> None:
+        """Append the effect of ``dispatch`` and make it durable before returning."""
+        line = json.dumps({
+            "action_id": dispatch.action.action_id,
+            "attempt_id": dispatch.attempt_id,
+            "type": dispatch.action.type,
+            "machine_id": self.machine_id,
+            "at": time.time(),
+        }, ensure_ascii=False) + "\n"
+        with self._lock:
+            os.write(self._fd, line.encode())
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def read_effects(path: str | Path) -> list[dict[str, Any]]:
+    """Every line of an effects log (an absent file has none)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

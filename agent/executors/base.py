@@ -1,0 +1,67 @@
+"""What an executor is: it performs one dispatched action and describes the outcome.
+
+An executor runs in the agent's execution thread, one action at a time. It may block (a
+``wait``, a slow screen); it should not raise, but if it does the agent reports the
+exception as a failure (invariant C1). It must call ``effects.record(dispatch)`` right after
+each input it performs, and never for a refusal (wrong window, target not found, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from agent.effects import EffectsLog
+from messages.dispatch import DispatchAction
+from messages.workflow import TargetSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOutcome:
+    """The executor's share of an :class:`~messages.dispatch.ActionReport` (spec/03 §4.2).
+
+    Screenshots are PNG bytes; msgpack carries them as binary (no base64 on the wire).
+    """
+
+    success: bool
+    error: str | None = None
+    warning: str | None = None
+    screenshot_before: bytes | None = None
+    screenshot_after: bytes | None = None
+    actual_position: dict[str, float] | None = None
+    resolution_method: str | None = None
+    resolution_score: float | None = None
+    resolution_elapsed_ms: float | None = None
+    target_description: str | None = None
+    target_spec: TargetSpec | None = None
+    correction: dict[str, Any] | None = None
+    system_dialog: dict[str, Any] | None = None
+    needs_human: bool = False
+
+    @classmethod
+    def failure(cls, error: str, **fields: Any) -> ActionOutcome:
+        return cls(success=False, error=error, **fields)
+
+    def report_fields(self) -> dict[str, Any]:
+        """Keyword arguments for ActionReport (target_spec kept as a model)."""
+        fields = asdict(self)
+        fields["target_spec"] = self.target_spec
+        return fields
+
+
+class ExecutorUnavailable(RuntimeError):
+    """This executor cannot run here (no screen, not implemented, missing library)."""
+
+
+class Executor(Protocol):
+    """Performs actions. ``name`` appears in logs."""
+
+    name: str
+
+    def execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
+        """Perform ``dispatch.action``; record each input in ``effects`` right after it."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (called once, when the agent stops)."""
+        ...

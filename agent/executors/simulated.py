@@ -1,0 +1,354 @@
+"""An in-memory desktop that performs actions and renders small PNG frames.
+
+It lets the whole system run, and be tested, on a machine with no screen: one window with
+a title and a few widgets (buttons, text fields), a pointer, a scroll offset and, when a
+scenario raises one, a system dialog. Each frame shows all of that, so an input that does
+something changes the frame and one that does nothing (a scenario ``loop``) does not.
+How it misbehaves on purpose is described in :mod:`agent.executors.scenario`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from PIL import Image, ImageDraw, ImageFont
+
+from agent.effects import EffectsLog
+from agent.executors.base import ActionOutcome
+from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
+from messages.dispatch import DispatchAction
+from messages.workflow import Action
+
+WIDTH, HEIGHT = 320, 200
+
+DIALOG_TITLES = {
+    "uac_consent": "Contrôle de compte d'utilisateur",
+    "credui": "Sécurité Windows",
+    "smartscreen": "Windows a protégé votre ordinateur",
+}
+
+
+def _font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=10)
+    except (OSError, TypeError, ImportError):  # Pillow built without FreeType
+        return ImageFont.load_default()
+
+
+@dataclass(slots=True)
+class Widget:
+    name: str
+    kind: str
+    x: float
+    y: float
+    w: float
+    h: float
+    text: str = ""
+    opens: str | None = None
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        return self.x + self.w / 2, self.y + self.h / 2
+
+    def contains(self, x: float, y: float) -> bool:
+        return self.x <= x <= self.x + self.w and self.y <= y <= self.y + self.h
+
+
+@dataclass(slots=True)
+class SimulatedDesktop:
+    """The screen state. Mutated only by the execution thread."""
+
+    window_title: str
+    widgets: list[Widget]
+    focused: str | None = None
+    pointer: tuple[float, float] | None = None
+    clicks: int = 0
+    scroll: int = 0
+    last_keys: str = ""
+    select_all: bool = False
+    dialog: str | None = None
+    status: str = ""
+    typed_elsewhere: str = ""
+    _font: Any = field(default_factory=_font, repr=False)
+
+    @classmethod
+    def from_spec(cls, spec: DesktopSpec) -> SimulatedDesktop:
+        return cls(spec.window_title, [Widget(**w.model_dump()) for w in spec.widgets])
+
+    def find(self, text: str) -> Widget | None:
+        """The widget named ``text`` (case-insensitive; exact name first, then substring)."""
+        wanted = text.strip().casefold()
+        for widget in self.widgets:
+            if widget.name.casefold() == wanted:
+                return widget
+        for widget in self.widgets:
+            if wanted and wanted in widget.name.casefold():
+                return widget
+        return None
+
+    def widget_at(self, x: float, y: float) -> Widget | None:
+        return next((w for w in self.widgets if w.contains(x, y)), None)
+
+    def title_matches(self, patterns: list[str]) -> bool:
+        title = self.window_title.casefold()
+        return any(p.casefold() in title for p in patterns if p)
+
+    # Inputs ---------------------------------------------------------------------------------
+
+    def click(self, x: float, y: float, kind: str) -> None:
+        self.pointer = (x, y)
+        self.clicks += 1
+        widget = self.widget_at(x, y)
+        if widget is None:
+            self.status = f"{kind} at {x:.2f},{y:.2f}"
+        elif widget.kind == "field":
+            self.focused = widget.name
+            self.status = f"focus {widget.name}"
+        else:
+            self.status = f"{kind} {widget.name}"
+            if widget.opens and kind != "right_click":
+                self.window_title = widget.opens
+
+    def type_text(self, text: str) -> None:
+        widget = self.find(self.focused) if self.focused else None
+        if widget is None:
+            self.typed_elsewhere += text
+        elif self.select_all:
+            widget.text = text
+        else:
+            widget.text += text
+        self.select_all = False
+        self.status = f"typed {len(text)} chars"
+
+    def press(self, keys: list[str]) -> None:
+        self.last_keys = "+".join(keys)
+        self.select_all = [k.casefold() for k in keys] == ["ctrl", "a"]
+        self.status = f"keys {self.last_keys}"
+
+    def scroll_by(self, delta: int) -> None:
+        self.scroll += delta
+        self.status = f"scroll {self.scroll}"
+
+    # Frames ---------------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The current frame as PNG bytes (320x200)."""
+        image = Image.new("RGB", (WIDTH, HEIGHT), (236, 239, 244))
+        draw = ImageDraw.Draw(image)
+        draw.rectangle((0, 0, WIDTH, 14), fill=(40, 70, 120))
+        self._text(draw, (3, 1), self.window_title, (255, 255, 255))
+        for w in self.widgets:
+            box = (w.x * WIDTH, w.y * HEIGHT, (w.x + w.w) * WIDTH, (w.y + w.h) * HEIGHT)
+            fill = (255, 255, 255) if w.kind == "field" else (200, 210, 225)
+            outline = (220, 120, 0) if w.name == self.focused else (90, 90, 90)
+            draw.rectangle(box, fill=fill, outline=outline)
+            label = f"{w.name}: {w.text}" if w.kind == "field" else w.name
+            self._text(draw, (box[0] + 3, box[1] + 2), label[:48], (0, 0, 0))
+        status = f"clicks={self.clicks} scroll={self.scroll} keys={self.last_keys} {self.status}"
+        self._text(draw, (3, HEIGHT - 13), status[:60], (60, 60, 60))
+        if self.pointer is not None:
+            px, py = self.pointer[0] * WIDTH, self.pointer[1] * HEIGHT
+            draw.ellipse((px - 3, py - 3, px + 3, py + 3), outline=(200, 0, 0))
+        if self.dialog is not None:
+            draw.rectangle((40, 50, WIDTH - 40, HEIGHT - 50), fill=(250, 250, 210),
+                           outline=(0, 0, 0))
+            self._text(draw, (46, 56), DIALOG_TITLES.get(self.dialog, self.dialog),
+                       (0, 0, 0))
+        out = io.BytesIO()
+        image.save(out, "PNG", optimize=True)
+        return out.getvalue()
+
+    def _text(self, draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str,
+              fill: tuple[int, int, int]) -> None:
+        try:
+            draw.text(xy, text, fill=fill, font=self._font)
+        except UnicodeEncodeError:  # the bitmap fallback font is latin-1 only
+            draw.text(xy, text.encode("latin-1", "replace").decode("latin-1"), fill=fill,
+                      font=self._font)
+
+
+
+
+class SimulatedExecutor:
+    """Performs actions on a :class:`SimulatedDesktop`, steered by a :class:`Scenario`.
+
+    ``sleep`` and ``exit`` are injectable so unit tests neither wait nor die.
+    """
+
+    name = "simulated"
+
+    def __init__(self, scenario: Scenario | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 exit: Callable[[int], Any] = os._exit) -> None:
+        self.scenario = scenario or Scenario()
+        self.desktop = SimulatedDesktop.from_spec(self.scenario.desktop)
+        self._sleep = sleep
+        self._exit = exit
+        self._applied: dict[str, int] = {}
+        self._lock = threading.Lock()  # one action at a time, even if misused from threads
+
+    def _behaviour(self, action: Action) -> Behaviour | None:
+        found = self.scenario.rule_for(action)
+        if found is None:
+            return None
+        key, behaviour = found
+        used = self._applied.get(key, 0)
+        if behaviour.times is not None and used >= behaviour.times:
+            return None
+        self._applied[key] = used + 1
+        return behaviour
+
+    def execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
+        with self._lock:
+            return self._execute(dispatch, effects)
+
+    def _execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
+        action = dispatch.action
+        behaviour = self._behaviour(action) or Behaviour()
+        before = self.desktop.render()
+        if behaviour.delay_s:
+            self._sleep(behaviour.delay_s)
+        refusal = self._refusal(action, behaviour)
+        if refusal is not None:
+            return _with_frames(refusal, before, self.desktop.render())
+        if behaviour.crash == "before":
+            self._exit(CRASH_EXIT_CODE)
+        started = time.perf_counter()
+        outcome = self._perform(dispatch, effects, behaviour.loop)
+        if behaviour.crash == "after":
+            self._exit(CRASH_EXIT_CODE)
+        after = self.desktop.render()
+        if outcome.success and action.type in ("click", "double_click", "right_click") \
+                and after == before:
+            outcome = replace(outcome, warning="no_screen_change")
+        if outcome.resolution_method is not None:
+            outcome = replace(outcome, resolution_elapsed_ms=round(
+                (time.perf_counter() - started) * 1000, 3))
+        return _with_frames(outcome, before, after)
+
+    def _refusal(self, action: Action, behaviour: Behaviour) -> ActionOutcome | None:
+        """Why the action must not be performed at all, or None."""
+        spec = action.target_spec
+        description = (spec.by_text or spec.vlm_description) if spec else None
+        if behaviour.system_dialog is not None:
+            category = behaviour.system_dialog
+            self.desktop.dialog = category
+            return ActionOutcome.failure(
+                f"system_dialog:{category}", needs_human=True, target_description=description,
+                system_dialog={"category": category, "matched_signal": "window_title",
+                               "matched_value": DIALOG_TITLES.get(category, category),
+                               "reason": f"{category} prompt blocks the action",
+                               "context": "simulated_executor"})
+        if behaviour.wrong_window:
+            return ActionOutcome.failure("wrong_window", warning="wrong_window",
+                                         target_description=description)
+        if behaviour.fail is not None:
+            warning = "visual_resolve_failed" if behaviour.fail == "target_not_found" else None
+            return ActionOutcome.failure(behaviour.fail, warning=warning,
+                                         target_description=description, target_spec=spec)
+        if self.desktop.dialog is not None:
+            # A dialog raised earlier still covers the screen: nothing gets through.
+            return ActionOutcome.failure(f"system_dialog:{self.desktop.dialog}",
+                                         needs_human=True, target_description=description)
+        expected = action.expected_window_before
+        if expected and not self.desktop.title_matches([expected]):
+            return ActionOutcome.failure("wrong_window", warning="wrong_window",
+                                         target_description=description)
+        if action.type == "pause_for_human":
+            return ActionOutcome.failure("unsupported_action_type:pause_for_human")
+        return None
+
+    def _perform(self, dispatch: DispatchAction, effects: EffectsLog | None,
+                 loop: bool) -> ActionOutcome:
+        action, desk = dispatch.action, self.desktop
+        p = action.parameters
+
+        def done() -> None:
+            if effects is not None:
+                effects.record(dispatch)
+
+        if action.type in ("click", "double_click", "right_click"):
+            return self._pointer(dispatch, effects, loop)
+        if action.type == "type":
+            spec = action.target_spec
+            if spec is not None and spec.by_text:
+                field_ = desk.find(spec.by_text)
+                if field_ is None or field_.kind != "field":
+                    return _not_found(action)
+                if not loop:
+                    desk.focused = field_.name
+            if not loop:
+                desk.type_text(str(p["text"]))
+            done()
+            return ActionOutcome(success=True)
+        if action.type == "key_combo":
+            if not loop:
+                desk.press([str(k) for k in p["keys"]])
+            done()
+            return ActionOutcome(success=True)
+        if action.type == "scroll":
+            delta = p.get("delta", p.get("clicks", -3))
+            if not isinstance(delta, int) or isinstance(delta, bool):
+                return ActionOutcome.failure("invalid_parameters:scroll needs an integer delta")
+            if not loop:
+                desk.scroll_by(delta)
+            done()
+            return ActionOutcome(success=True)
+        if action.type == "wait":
+            self._sleep(int(p["duration_ms"]) / 1000.0)
+            return ActionOutcome(success=True)
+        # verify_screen: an observation, not an input (spec/04 §3.2 window-title guard).
+        duration = p.get("duration_ms")
+        if isinstance(duration, int) and not isinstance(duration, bool) and duration > 0:
+            self._sleep(duration / 1000.0)
+        patterns = p.get("expected_window_title_contains") or (
+            [action.expected_window_title] if action.expected_window_title else [])
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if patterns and not desk.title_matches([str(x) for x in patterns]):
+            # No person to correct it in the simulation: the human-correction mode of
+            # spec/04 ends as its timeout does, in a supervised pause.
+            return ActionOutcome.failure(
+                "window_title_mismatch", warning="setup_guard_window_mismatch",
+                needs_human=True,
+                target_description=f"expected a window title containing {patterns}, "
+                                   f"got {desk.window_title!r}")
+        return ActionOutcome(success=True)
+
+    def _pointer(self, dispatch: DispatchAction, effects: EffectsLog | None,
+                 loop: bool) -> ActionOutcome:
+        action = dispatch.action
+        spec = action.target_spec
+        widget = self.desktop.find(spec.by_text) if spec and spec.by_text else None
+        if widget is not None:
+            (x, y), method, score = widget.centre, "simulated_text_match", 1.0
+        elif spec is not None and spec.x_pct is not None and spec.y_pct is not None:
+            (x, y), method, score = (spec.x_pct, spec.y_pct), "position_fallback", 0.5
+        else:
+            return _not_found(action)
+        if not loop:
+            self.desktop.click(x, y, action.type)
+        if effects is not None:
+            effects.record(dispatch)
+        return ActionOutcome(success=True, actual_position={"x_pct": x, "y_pct": y},
+                             resolution_method=method, resolution_score=score)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _not_found(action: Action) -> ActionOutcome:
+    spec = action.target_spec
+    return ActionOutcome.failure(
+        "target_not_found", warning="visual_resolve_failed", target_spec=spec,
+        target_description=(spec.by_text or spec.vlm_description) if spec else None)
+
+
+def _with_frames(outcome: ActionOutcome, before: bytes, after: bytes) -> ActionOutcome:
+    return replace(outcome, screenshot_before=before, screenshot_after=after)

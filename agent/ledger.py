@@ -1,0 +1,267 @@
+"""The agent's on-disk ledger of executed actions (DESIGN §4, D5/D6).
+
+One row per ``action_id``: which attempt started it, whether it finished, the report first
+sent for it and the report still waiting for the dispatcher's acknowledgement (the outbox).
+
+Durability is the point of this module. SQLite in WAL mode with ``synchronous=FULL``: when
+:meth:`Ledger.begin` returns, the *started* mark is on disk, and only then may the executor
+touch the screen. So after a crash the agent knows which actions it may have half-done, and
+never runs an action twice because it forgot it ran it.
+
+The table is bounded (256 by default): past the bound, the oldest *finished and acked* rows
+go. Rows still started, or whose report is unacked, are never evicted (losing them would
+lose a report or an exactly-once guarantee), so the table may briefly exceed the bound.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+
+from messages.codec import decode, encode, new_id
+from messages.dispatch import ActionReport, DispatchAction
+
+DEFAULT_CAPACITY = 256
+
+State = Literal["started", "finished"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS actions (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    action_id      TEXT NOT NULL UNIQUE,
+    attempt_id     TEXT NOT NULL,
+    replay_id      TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    machine_id     TEXT NOT NULL,
+    action_type    TEXT NOT NULL,
+    state          TEXT NOT NULL CHECK (state IN ('started', 'finished')),
+    started_at     REAL NOT NULL,
+    finished_at    REAL,
+    report         BLOB,
+    outbox         BLOB,
+    outbox_attempt TEXT,
+    acked_at       REAL
+);
+CREATE INDEX IF NOT EXISTS actions_state ON actions (state);
+"""
+
+_COLUMNS = ("action_id, attempt_id, replay_id, session_id, machine_id, action_type, state, "
+            "started_at, finished_at, report, outbox, outbox_attempt, acked_at")
+
+
+class LedgerLocked(RuntimeError):
+    """Another live process holds this ledger."""
+
+
+class LedgerConflict(ValueError):
+    """``begin`` for an action_id the ledger already holds (the caller must look it up first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One row. ``report`` is the first report sent; ``outbox`` the one awaiting an ack."""
+
+    action_id: str
+    attempt_id: str
+    replay_id: str
+    session_id: str
+    machine_id: str
+    action_type: str
+    state: State
+    started_at: float
+    finished_at: float | None
+    report: bytes | None
+    outbox: bytes | None
+    outbox_attempt: str | None
+    acked_at: float | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "finished"
+
+
+def encode_report(report: ActionReport, msg_id: str | None = None) -> bytes:
+    """The wire bytes of ``report``; the envelope id stays the same across retries."""
+    return encode(report, msg_id or new_id())
+
+
+def decode_report(data: bytes) -> tuple[str, ActionReport]:
+    """``(envelope id, report)`` of bytes made by :func:`encode_report`."""
+    envelope = decode(data, limit=len(data) + 1)
+    if not isinstance(envelope.body, ActionReport):
+        raise ValueError(f"ledger holds a {envelope.type!r}, not an action report")
+    return envelope.id, envelope.body
+
+
+class Ledger:
+    """The ledger file of one agent. Use it from one thread only (the agent's main loop).
+
+    Opening it takes an exclusive lock (``<path>.lock``) held until :meth:`close` or the
+    process ends: two agents on one ledger would each think the other's actions unstarted.
+    """
+
+    def __init__(self, path: str | Path, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.path = Path(path)
+        self.capacity = capacity
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
+        created = not self.path.exists()
+        try:
+            self._db = self._open(created)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _open(self, created: bool) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit returns only once the WAL is fsync'ed. NORMAL would be 4x
+            # faster but may lose the last commits on power loss, i.e. a *started* mark.
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        if created:
+            _fsync_dir(self.path.parent)  # the new file's directory entry must survive too
+        return db
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def begin(self, dispatch: DispatchAction, now: float | None = None) -> None:
+        """Mark ``dispatch``'s action started; durable on return. Evicts old finished rows."""
+        now = time.time() if now is None else now
+        action = dispatch.action
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO actions (action_id, attempt_id, replay_id, session_id,"
+                    " machine_id, action_type, state, started_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 'started', ?)",
+                    (action.action_id, dispatch.attempt_id, dispatch.replay_id,
+                     dispatch.session_id, dispatch.machine_id, action.type, now))
+                self._evict(db)
+        except sqlite3.IntegrityError:
+            raise LedgerConflict(f"action {action.action_id!r} is already in the ledger") \
+                from None
+
+    def _evict(self, db: sqlite3.Connection) -> None:
+        (count,) = db.execute("SELECT COUNT(*) FROM actions").fetchone()
+        excess = int(count) - self.capacity
+        if excess > 0:
+            db.execute(
+                "DELETE FROM actions WHERE seq IN (SELECT seq FROM actions"
+                " WHERE state = 'finished' AND outbox IS NULL ORDER BY seq LIMIT ?)",
+                (excess,))
+
+    def finish(self, action_id: str, report: ActionReport, now: float | None = None) -> bytes:
+        """Mark the action finished with ``report``, which also goes to the outbox.
+
+        Returns the encoded report (the outbox bytes).
+        """
+        now = time.time() if now is None else now
+        data = encode_report(report)
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE actions SET state = 'finished', finished_at = ?, report = ?,"
+                " outbox = ?, outbox_attempt = ?, acked_at = NULL WHERE action_id = ?",
+                (now, data, data, report.attempt_id, action_id))
+            if cur.rowcount != 1:
+                raise KeyError(f"action {action_id!r} is not in the ledger")
+        return data
+
+    def queue_report(self, report: ActionReport) -> bytes:
+        """Put ``report`` (e.g. re-addressed to a newer attempt) in the action's outbox.
+
+        It replaces an unacked older one: only the newest attempt is current for the
+        dispatcher, so an older copy would only be recorded as stale.
+        """
+        data = encode_report(report)
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE actions SET outbox = ?, outbox_attempt = ?, acked_at = NULL"
+                " WHERE action_id = ? AND state = 'finished'",
+                (data, report.attempt_id, report.action_id))
+            if cur.rowcount != 1:
+                raise KeyError(f"action {report.action_id!r} is not finished in the ledger")
+        return data
+
+    def acked(self, action_id: str, attempt_id: str, now: float | None = None) -> bool:
+        """The dispatcher recorded the report for ``attempt_id``: empty the outbox.
+
+        False (and nothing changes) when the outbox holds another attempt's report.
+        """
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE actions SET outbox = NULL, acked_at = ?"
+                " WHERE action_id = ? AND outbox_attempt = ? AND outbox IS NOT NULL",
+                (now, action_id, attempt_id))
+            return cur.rowcount == 1
+
+    def lookup(self, action_id: str) -> LedgerEntry | None:
+        row = self._db.execute(f"SELECT {_COLUMNS} FROM actions WHERE action_id = ?",
+                               (action_id,)).fetchone()
+        return None if row is None else LedgerEntry(*row)
+
+    def unfinished(self) -> list[LedgerEntry]:
+        """Rows marked started and never finished, oldest first."""
+        return self._select("state = 'started'")
+
+    def unacked(self) -> list[LedgerEntry]:
+        """Rows whose outbox still holds a report, oldest first."""
+        return self._select("outbox IS NOT NULL")
+
+    def _select(self, where: str) -> list[LedgerEntry]:
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM actions WHERE {where} ORDER BY seq")
+        return [LedgerEntry(*row) for row in rows]
+
+    def __len__(self) -> int:
+        (count,) = self._db.execute("SELECT COUNT(*) FROM actions").fetchone()
+        return cast(int, count)
+
+    def close(self) -> None:
+        self._db.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise LedgerLocked(f"{path.parent} is in use by another agent (pid {holder}):"
+                           " two agents on one ledger would break exactly-once") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

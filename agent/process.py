@@ -1,0 +1,416 @@
+"""The agent process: an MDP worker of ``agent.<machine_id>`` that executes what it is sent.
+
+Life of an action here (spec/03 §3, DESIGN §4):
+
+1. A :class:`DispatchAction` arrives. The ledger decides: new → mark it *started* on disk,
+   hand it to the execution thread, reply :class:`ActionReceived`; already finished → no
+   execution, the original report goes out again re-addressed to this attempt
+   (``already_executed``); being executed right now → ignored, its report will come (and is
+   re-addressed to the newest attempt seen meanwhile).
+2. The execution thread runs the executor (one action at a time, C2) while the main loop
+   keeps heartbeating the broker and the supervisor (C3). Any exception becomes a failed
+   outcome: a received action is always reported (C1).
+3. The main loop marks the action finished with its report, on disk, and sends the report as
+   a request to ``dispatcher`` until a :class:`ReportAck` comes (case d). An unacked report
+   survives a restart in the ledger and is sent again.
+
+The agent never pauses by itself (C5): pauses are the dispatcher's decision.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import sqlite3
+import threading
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import zmq
+from loguru import logger
+
+from agent.effects import EffectsLog
+from agent.executors.base import ActionOutcome, Executor
+from agent.ledger import Ledger, LedgerConflict, LedgerEntry, LedgerLocked, decode_report
+from agent.reports import Retrying, build_report, indeterminate_report, readdress
+from broker.client import Client
+from broker.config import Settings
+from broker.worker import Request, Worker
+from messages.base import Message
+from messages.codec import MessageError, decode, encode, new_id
+from messages.control import ErrorReply, Ping, Pong
+from messages.dispatch import ActionReceived, ActionReport, AgentHello, DispatchAction, ReportAck
+from supervision.liveness import Beacon
+
+MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+DISPATCHER = "dispatcher"
+MAX_QUEUED = 64
+"""Actions received while another executes; past this a dispatch is refused (``busy``)."""
+SHUTDOWN_GRACE_S = 3.0
+"""On SIGTERM, how long an action in progress may take to finish before we leave anyway."""
+LOOP_WAIT_S = 0.25
+
+
+class AgentError(RuntimeError):
+    """The agent cannot be built (a bad machine id)."""
+
+
+_Done = tuple[DispatchAction, ActionOutcome, float]
+
+
+class Agent:
+    """``Agent(...).run()`` serves until SIGTERM / SIGINT and returns 0."""
+
+    # Opened by run(), which owns them from start to end.
+    ledger: Ledger
+    ctx: zmq.Context[Any]
+    client: Client
+    outbox: Retrying
+    worker: Worker
+
+    def __init__(self, settings: Settings, machine_id: str, executor: Executor,
+                 data_dir: Path | None = None, effects_log: EffectsLog | None = None) -> None:
+        if not MACHINE_ID.match(machine_id):
+            raise AgentError(f"invalid machine id {machine_id!r}: 1-128 letters, digits,"
+                             " '_', '.', '-', starting with a letter or digit")
+        self.settings = settings
+        self.machine_id = machine_id
+        self.service = f"agent.{machine_id}"
+        self.executor = executor
+        self.data_dir = data_dir or settings.data_dir / f"agent-{machine_id}"
+        self.effects = effects_log
+        self.instance_id = uuid.uuid4().hex
+        self.started_at = time.time()
+        self._stopping = False
+        self._grace_until = 0.0
+        self._current: DispatchAction | None = None
+        self._queued: deque[DispatchAction] = deque()
+        self._newer: dict[str, DispatchAction] = {}  # re-deliveries seen while in progress
+        self._jobs: queue.Queue[DispatchAction | None] = queue.Queue()
+        self._done: queue.Queue[_Done] = queue.Queue()
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+
+    # Execution thread -----------------------------------------------------------------------
+
+    def _execution_loop(self) -> None:
+        while (dispatch := self._jobs.get()) is not None:
+            try:
+                outcome = self.executor.execute(dispatch, self.effects)
+            except Exception as exc:  # C1: a crash of the executor is a failed action
+                logger.exception("executor failed on {}", dispatch.action.action_id)
+                outcome = ActionOutcome.failure(
+                    f"executor_error:{type(exc).__name__}: {exc}"[:300])
+            self._done.put((dispatch, outcome, time.time()))
+            try:
+                os.write(self._wake_w, b"d")
+            except BlockingIOError:
+                pass  # a wake-up is already pending
+            except OSError:
+                logger.exception("cannot wake the main loop")
+
+    # Requests -------------------------------------------------------------------------------
+
+    def _serve(self, request: Request) -> bytes:
+        """The encoded reply to one request; never raises."""
+        msg_id: str | None = None
+        try:
+            if len(request.body) != 1:
+                raise MessageError("not_envelope",
+                                   f"expected 1 body frame, got {len(request.body)}")
+            envelope = decode(request.body[0], limit=self.settings.max_message_bytes)
+            msg_id = envelope.id
+            body = envelope.body
+            reply: Message
+            if isinstance(body, DispatchAction):
+                reply = self._on_dispatch(body)
+            elif isinstance(body, Ping):
+                reply = Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
+            else:
+                logger.warning("refused a {!r} request: agents only take action.dispatch",
+                               envelope.type)
+                reply = ErrorReply(code="unsupported_type",
+                                   message=f"{self.service} does not handle {envelope.type!r}")
+            return encode(reply, msg_id)
+        except MessageError as exc:
+            logger.warning("refused a malformed request: {}", str(exc)[:300])
+            return encode(ErrorReply(code="bad_message", message=str(exc)[:1000],
+                                     detail={"reason": exc.code}), exc.msg_id)
+        except Exception as exc:  # a bug here must not take the agent down
+            logger.exception("serving a request failed")
+            return encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]), msg_id)
+
+    def _on_dispatch(self, dispatch: DispatchAction) -> Message:
+        action_id = dispatch.action.action_id
+        if dispatch.machine_id != self.machine_id:
+            logger.warning("refused {}: addressed to machine {!r}", action_id,
+                           dispatch.machine_id)
+            return ErrorReply(code="wrong_machine",
+                              message=f"this is agent {self.machine_id!r}, "
+                                      f"not {dispatch.machine_id!r}")
+        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id)
+        in_progress = [d for d in (self._current, *self._queued)
+                       if d is not None and d.action.action_id == action_id]
+        if in_progress:
+            # Executing (or about to): its report will come. Remember the newest attempt so
+            # that report is re-addressed to it rather than land as stale.
+            logger.warning("{} re-delivered (attempt {}) while in progress: not executed again",
+                           action_id, dispatch.attempt_id)
+            if dispatch.attempt_id != in_progress[0].attempt_id:
+                self._newer[action_id] = dispatch
+            return received
+        entry = self.ledger.lookup(action_id)
+        if entry is not None:
+            if not entry.finished:  # started by an earlier process: only at startup normally
+                entry = self._recover(entry)
+            self._answer_again(entry, dispatch)
+            return received
+        if self._stopping:
+            return ErrorReply(code="shutting_down", message=f"{self.service} is stopping")
+        if len(self._queued) >= MAX_QUEUED:
+            return ErrorReply(code="busy", message=f"{len(self._queued)} actions queued")
+        logger.info("received {} {} (attempt {}, replay {})", dispatch.action.type, action_id,
+                    dispatch.attempt_id, dispatch.replay_id)
+        self._queued.append(dispatch)
+        # Started before the reply goes: an ActionReceived for an idle agent means the
+        # action is marked started on disk.
+        self._start_next()
+        return received
+
+    def _answer_again(self, entry: LedgerEntry, dispatch: DispatchAction) -> None:
+        """A re-delivered finished action: its original report, re-addressed (cases g, k)."""
+        action_id = entry.action_id
+        if entry.outbox is not None and entry.outbox_attempt == dispatch.attempt_id:
+            logger.info("{} attempt {} re-delivered: its report is on its way", action_id,
+                        dispatch.attempt_id)
+            return
+        if entry.report is None:
+            logger.error("{} is finished in the ledger without a report", action_id)
+            return
+        _msg_id, original = decode_report(entry.report)
+        report = readdress(original, dispatch)
+        logger.warning("{} already handled (attempt {}, {}): not executed again, answering"
+                       " attempt {} with its report", action_id, entry.attempt_id,
+                       original.error or "done", dispatch.attempt_id)
+        self._send_report(report, self.ledger.queue_report(report))
+
+    def _start_next(self) -> None:
+        if self._current is not None or not self._queued or self._stopping:
+            return
+        dispatch = self._queued.popleft()
+        action_id = dispatch.action.action_id
+        try:
+            self.ledger.begin(dispatch)  # durable before any input (D5)
+        except LedgerConflict:
+            logger.error("{} is already in the ledger; answering from it", action_id)
+            entry = self.ledger.lookup(action_id)
+            if entry is not None:
+                self._answer_again(entry if entry.finished else self._recover(entry), dispatch)
+            self._start_next()
+            return
+        except sqlite3.Error as exc:
+            # Without the started mark we cannot promise exactly-once: do not execute.
+            logger.exception("ledger write failed for {}", action_id)
+            report = build_report(dispatch, ActionOutcome.failure(
+                f"ledger_error:{exc}"[:300], needs_human=True))
+            self._send_report(report, encode(report, new_id()))
+            self._start_next()
+            return
+        logger.info("executing {} {}", dispatch.action.type, action_id)
+        self._current = dispatch
+        self._jobs.put(dispatch)
+
+    def _collect_done(self) -> None:
+        while True:
+            try:
+                dispatch, outcome, executed_at = self._done.get_nowait()
+            except queue.Empty:
+                return
+            self._finish(dispatch, outcome, executed_at)
+
+    def _finish(self, dispatch: DispatchAction, outcome: ActionOutcome,
+                executed_at: float) -> None:
+        action_id = dispatch.action.action_id
+        self._current = None
+        report = build_report(dispatch, outcome, executed_at)
+        logger.info("{} done: success={} error={} warning={}", action_id, report.success,
+                    report.error, report.warning)
+        try:
+            data = self.ledger.finish(action_id, report)
+            newer = self._newer.pop(action_id, None)
+            if newer is not None:
+                report = readdress(report, newer)
+                data = self.ledger.queue_report(report)
+        except Exception:  # C1: the report goes out even if the disk fails us
+            logger.exception("recording {} in the ledger failed; reporting anyway", action_id)
+            data = encode(report, new_id())
+        self._send_report(report, data)
+        self._start_next()
+
+    # Reports and hello ----------------------------------------------------------------------
+
+    def _send_report(self, report: ActionReport, data: bytes) -> None:
+        msg_id = decode(data, limit=len(data) + 1).id
+        action_id, attempt_id = report.action_id, report.attempt_id
+
+        def on_reply(body: Message) -> bool:
+            if isinstance(body, ReportAck) and (body.action_id, body.attempt_id) == (
+                    action_id, attempt_id):
+                logger.info("report {} attempt {} acked: {}", action_id, attempt_id,
+                            body.status)
+                try:
+                    self.ledger.acked(action_id, attempt_id)
+                except sqlite3.Error:
+                    logger.exception("recording the ack of {} failed", action_id)
+                return True
+            logger.warning("report {} answered with {!r}, not an ack: will send again",
+                           action_id, body)
+            return False
+
+        self.outbox.send(f"report:{action_id}", DISPATCHER, report, msg_id, on_reply)
+
+    def _hello(self) -> None:
+        hello = AgentHello(machine_id=self.machine_id, instance_id=self.instance_id,
+                           pid=os.getpid())
+
+        def on_reply(body: Message) -> bool:
+            if isinstance(body, ErrorReply):
+                logger.warning("dispatcher answered hello with an error: {} {}", body.code,
+                               body.message)
+            else:
+                logger.info("dispatcher answered hello")
+            return True  # any answer means a dispatcher heard us
+
+        self.outbox.send("hello", DISPATCHER, hello, new_id(), on_reply)
+
+    # Startup and the loop -------------------------------------------------------------------
+
+    def _recover(self, entry: LedgerEntry) -> LedgerEntry:
+        """Started by a process that died before finishing: report it as indeterminate."""
+        logger.warning("{} ({}) was started but never finished before a restart: reporting"
+                       " it indeterminate, a person must check", entry.action_id,
+                       entry.action_type)
+        self.ledger.finish(entry.action_id, indeterminate_report(entry))
+        found = self.ledger.lookup(entry.action_id)
+        assert found is not None  # just written
+        return found
+
+    def _resume_ledger(self) -> None:
+        for entry in self.ledger.unfinished():
+            self._recover(entry)
+        for entry in self.ledger.unacked():
+            assert entry.outbox is not None
+            try:
+                _msg_id, report = decode_report(entry.outbox)
+            except (MessageError, ValueError):
+                logger.exception("unreadable report of {} in the ledger", entry.action_id)
+                continue
+            logger.info("re-sending the unacked report of {}", entry.action_id)
+            self._send_report(report, entry.outbox)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        logger.info("{}: got {}, stopping", self.service, signal.Signals(signum).name)
+        if not self._stopping:
+            self._stopping = True
+            self._grace_until = time.monotonic() + SHUTDOWN_GRACE_S
+
+    def run(self) -> int:
+        """Serve until SIGTERM / SIGINT; 0 on a clean stop, 2 if the agent cannot start."""
+        try:
+            self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
+        except LedgerLocked as exc:
+            logger.error("{}", exc)
+            return 2
+        except sqlite3.Error as exc:
+            # Never start on a fresh ledger silently: the old one knows what already ran.
+            logger.error("cannot open the ledger in {}: {}; move it away to start afresh"
+                         " (its actions could then run twice)", self.data_dir, exc)
+            return 2
+        in_main = threading.current_thread() is threading.main_thread()
+        if in_main:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+            # The poll returns at once on a signal instead of after its timeout.
+            signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        self.ctx = zmq.Context()
+        self.client = Client(self.ctx, self.settings.mdp_endpoint)
+        self.outbox = Retrying(self.client)
+        worker: Worker | None = None
+        thread = threading.Thread(target=self._execution_loop, name="execution", daemon=True)
+        try:
+            self._resume_ledger()
+            self.worker = worker = Worker(
+                self.ctx, self.settings.mdp_endpoint, self.service,
+                self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness)
+            thread.start()
+            logger.info("{}: serving on {} (executor {}, ledger {}, instance {})",
+                        self.service, self.settings.mdp_endpoint, self.executor.name,
+                        self.ledger.path, self.instance_id)
+            self._loop()
+        finally:
+            if self._current is not None:
+                logger.warning("{} still executing at exit: it will be reported indeterminate"
+                               " after the restart", self._current.action.action_id)
+            self._jobs.put(None)
+            if in_main:
+                signal.set_wakeup_fd(-1)
+            if worker is not None:
+                worker.close()
+            self.client.close()
+            self.ctx.term()
+            self.ledger.close()
+            # The wake-up pipe stays open: a still-running execution thread may write to it,
+            # and a closed fd number could by then name another file.
+        logger.info("{}: stopped", self.service)
+        return 0
+
+    def _loop(self) -> None:
+        beacon = Beacon.from_env()
+        poller, polled = zmq.Poller(), None
+        connections = 0
+        while not (self._stopping and (self._current is None
+                                       or time.monotonic() > self._grace_until)):
+            if self.worker.connections != connections:
+                connections = self.worker.connections
+                self._hello()  # at start and after each reconnection: resend what's ours
+            sockets = (self.worker.socket, self.client.socket)
+            if sockets != polled:
+                poller, polled = zmq.Poller(), sockets
+                for sock in (*sockets, self._wake_r):
+                    poller.register(sock, zmq.POLLIN)
+            ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
+            if self.worker.socket in ready:
+                for request in self.worker.drain():
+                    self.worker.reply(request, self._serve(request))
+            if self.client.socket in ready:
+                self.client.drain()
+            if self._wake_r in ready:
+                _drain_fd(self._wake_r)
+            self._collect_done()
+            now = time.monotonic()
+            self.worker.tick(now)
+            self.client.tick(now)
+            self.outbox.tick(now)
+            beacon.beat()
+
+    def _timeout_ms(self, now: float) -> int:
+        deadlines = [self.worker.next_deadline(), now + LOOP_WAIT_S]
+        for deadline in (self.client.next_deadline(), self.outbox.next_deadline()):
+            if deadline is not None:
+                deadlines.append(deadline)
+        return max(0, int((min(deadlines) - now) * 1000) + 1)
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass

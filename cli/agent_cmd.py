@@ -1,0 +1,64 @@
+"""``run.py agent``: run a workstation agent (an MDP worker of ``agent.<machine_id>``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from broker.config import Settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The agent's flags (the endpoint default comes from the settings, at run time)."""
+    parser.add_argument("--machine-id", required=True, metavar="M",
+                        help="this workstation's id; the agent serves agent.<M>")
+    parser.add_argument("--connect", metavar="ENDPOINT",
+                        help="the broker's MDP endpoint (default: settings mdp_endpoint, "
+                             "tcp://127.0.0.1:5555)")
+    parser.add_argument("--executor", choices=("simulated", "desktop"), default="simulated",
+                        help="simulated: an in-memory desktop; desktop: the real screen")
+    parser.add_argument("--data-dir", dest="agent_data_dir", metavar="DIR",
+                        help="the agent's ledger directory (default <data_dir>/agent-<M>)")
+    parser.add_argument("--effects-log", metavar="FILE",
+                        help="append one JSON line per input performed (for tests)")
+    parser.add_argument("--scenario", metavar="FILE",
+                        help="JSON file steering the simulated executor (see "
+                             "agent/executors/scenario.py)")
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    """Build the agent from ``args`` and serve; 2 on a configuration error."""
+    import sys
+
+    from actors.logs import setup_logging
+    from agent.effects import EffectsLog
+    from agent.executors import ExecutorUnavailable, ScenarioError, load_scenario, make_executor
+    from agent.process import Agent, AgentError
+
+    machine_id: str = args.machine_id
+    setup_logging(f"agent.{machine_id}", settings.log_level)
+    if args.connect:
+        settings = settings.model_copy(update={"mdp_endpoint": args.connect})
+    try:
+        scenario = load_scenario(args.scenario) if args.scenario else None
+        executor = make_executor(args.executor, scenario)
+    except (ScenarioError, ExecutorUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        effects = EffectsLog(args.effects_log, machine_id) if args.effects_log else None
+    except OSError as exc:
+        print(f"error: cannot open the effects log: {exc}", file=sys.stderr)
+        return 2
+    data_dir = Path(args.agent_data_dir) if args.agent_data_dir else None
+    try:
+        agent = Agent(settings, machine_id, executor, data_dir, effects)
+    except AgentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return agent.run()
+    finally:
+        executor.close()
+        if effects is not None:
+            effects.close()

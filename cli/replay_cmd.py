@@ -1,0 +1,157 @@
+"""``run.py replay start|status|resume|cancel``: control commands sent to the dispatcher."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from broker.client import CallFailed, SyncClient
+from broker.config import Settings
+from cli.workflow_cmd import load_workflow
+from messages.base import Message
+from messages.replay import (
+    CancelReplay,
+    GetReplayStatus,
+    ReplayCancelled,
+    ReplayResumed,
+    ReplayStarted,
+    ReplayStatusReply,
+    ReplaySummary,
+    ResumeReplay,
+    StartReplay,
+)
+
+# Exit codes of `replay start --wait`, so scripts can tell the outcomes apart.
+EXIT_COMPLETED, EXIT_ERROR, EXIT_PAUSED, EXIT_FAILED = 0, 1, 3, 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="replay_command", required=True)
+    start = sub.add_parser("start", help="start replaying a workflow file on a machine")
+    start.add_argument("file", type=Path)
+    start.add_argument("--machine-id", required=True)
+    start.add_argument("--mode", choices=["supervised", "autonomous"], default="supervised")
+    start.add_argument("--session-id")
+    start.add_argument("--operator")
+    start.add_argument("--wait", action="store_true",
+                       help="follow progress; exit 0 completed, 3 paused, 4 failed/cancelled")
+    status = sub.add_parser("status", help="show one replay, or all of them")
+    status.add_argument("replay_id", nargs="?")
+    resume = sub.add_parser("resume", help="resume a paused replay")
+    resume.add_argument("replay_id")
+    resume.add_argument("--ack", action="append", default=[], metavar="CHECK_ID",
+                        help="a safety check acknowledged (repeat for each)")
+    resume.add_argument("--operator")
+    cancel = sub.add_parser("cancel", help="cancel a replay")
+    cancel.add_argument("replay_id")
+    cancel.add_argument("--operator")
+    for p in (start, status, resume, cancel):
+        p.add_argument("--json", action="store_true", help="JSON output for scripts")
+        p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")
+
+
+def describe(summary: ReplaySummary) -> str:
+    """A replay as a person reads it."""
+    lines = [
+        f"replay {summary.replay_id}  [{summary.status}]",
+        f"  workflow {summary.workflow_id} on {summary.machine_id} "
+        f"(session {summary.session_id}, {summary.mode})",
+        f"  progress {summary.completed_actions}/{summary.total}"
+        + (f", current step {summary.current_action_id}" if summary.current_action_id else ""),
+    ]
+    if summary.status == "paused_need_help":
+        lines.append(f"  paused: {summary.pause_reason}")
+        if summary.pause_message:
+            lines.extend(f"    {line}" for line in summary.pause_message.splitlines())
+        for check in summary.safety_checks:
+            badge = "required" if check.required else "optional"
+            lines.append(f"    [ ] {check.id}: {check.label} ({badge}, {check.source})")
+            if check.evidence:
+                lines.append(f"        evidence: {check.evidence}")
+    return "\n".join(lines)
+
+
+def _emit(reply: Message, as_json: bool, text: str, out: TextIO = sys.stdout) -> None:
+    print(json.dumps(reply.model_dump(mode="json"), ensure_ascii=False) if as_json else text,
+          file=out)
+
+
+def _status(client: SyncClient, replay_id: str, timeout: float) -> ReplaySummary:
+    reply = client.call("dispatcher", GetReplayStatus(replay_id=replay_id), timeout_s=timeout)
+    assert isinstance(reply.body, ReplayStatusReply)
+    return reply.body.replays[0]
+
+
+def follow(client: SyncClient, replay_id: str, timeout: float, out: TextIO = sys.stderr) -> int:
+    """Draw a progress bar until the replay completes, pauses or fails; its exit code."""
+    while True:
+        summary = _status(client, replay_id, timeout)
+        done = summary.completed_actions
+        width = 30
+        filled = width * done // max(1, summary.total)
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{summary.total} "
+              f"{summary.status:<18}", end="", file=out, flush=True)
+        if summary.status != "running":
+            print(file=out)
+            print(describe(summary))
+            return {"completed": EXIT_COMPLETED, "paused_need_help": EXIT_PAUSED}.get(
+                summary.status, EXIT_FAILED)
+        time.sleep(0.2)
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    client = SyncClient(settings.mdp_endpoint)
+    try:
+        return _run(client, args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except CallFailed as exc:
+        if args.json:
+            print(json.dumps({"error": exc.code, "message": exc.message, "detail": exc.detail},
+                             ensure_ascii=False))
+        hint = " (is the tree running? python run.py)" if exc.code == "timeout" else ""
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        for key, value in exc.detail.items():
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+            print(f"  {key}: {shown}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        client.close()
+
+
+def _run(client: SyncClient, args: argparse.Namespace) -> int:
+    command, timeout = args.replay_command, args.timeout
+    if command == "start":
+        workflow = load_workflow(args.file)
+        msg = StartReplay(workflow=workflow, machine_id=args.machine_id, mode=args.mode,
+                          session_id=args.session_id, operator=args.operator)
+        reply = client.call("dispatcher", msg, timeout_s=timeout).body
+        assert isinstance(reply, ReplayStarted)
+        _emit(reply, args.json, reply.replay_id)
+        return follow(client, reply.replay_id, timeout) if args.wait else 0
+    if command == "status":
+        status = client.call("dispatcher", GetReplayStatus(replay_id=args.replay_id),
+                             timeout_s=timeout).body
+        assert isinstance(status, ReplayStatusReply)
+        text = "\n".join(describe(s) for s in status.replays) or "no replays"
+        _emit(status, args.json, text)
+        return 0
+    if command == "resume":
+        resumed = client.call("dispatcher", ResumeReplay(
+            replay_id=args.replay_id, acknowledged_check_ids=args.ack, operator=args.operator),
+            timeout_s=timeout).body
+        assert isinstance(resumed, ReplayResumed)
+        _emit(resumed, args.json,
+              f"resumed {resumed.replay_id}: {resumed.remaining_actions} action(s) left")
+        return 0
+    cancelled = client.call("dispatcher", CancelReplay(replay_id=args.replay_id,
+                                                       operator=args.operator),
+                            timeout_s=timeout).body
+    assert isinstance(cancelled, ReplayCancelled)
+    _emit(cancelled, args.json, f"cancelled {cancelled.replay_id}")
+    return 0

@@ -31,26 +31,38 @@ class _Timer:
     asked_at: float | None = None  # when we last asked the dispatcher about this attempt
 
 
+def _key(entry: InFlight) -> tuple[str, str]:
+    # Action ids are unique within a replay only: one workflow may run on two machines.
+    return (entry.replay_id, entry.action_id)
+
+
 class WatchdogCore:
-    """The table of in-flight actions, keyed by action_id (I2: one attempt each)."""
+    """The table of in-flight actions: one timer per (replay, action), for its latest attempt."""
 
     def __init__(self, config: WatchdogConfig) -> None:
         self.config = config
-        self._timers: dict[str, _Timer] = {}
+        self._timers: dict[tuple[str, str], _Timer] = {}
+        self._attempts: dict[str, tuple[str, str]] = {}  # attempt_id -> key
 
     def __len__(self) -> int:
         return len(self._timers)
 
     def track(self, entry: InFlight, now: float, age_s: float = 0.0) -> None:
         """Start (or restart, for a new attempt) the timer of ``entry``, ``age_s`` old."""
-        self._timers[entry.action_id] = _Timer(entry, now - max(0.0, age_s))
+        key = _key(entry)
+        previous = self._timers.get(key)
+        if previous is not None:
+            self._attempts.pop(previous.entry.attempt_id, None)
+        self._timers[key] = _Timer(entry, now - max(0.0, age_s))
+        self._attempts[entry.attempt_id] = key
 
-    def untrack(self, action_id: str, attempt_id: str | None = None) -> bool:
-        """Stop the timer; with ``attempt_id``, only if it is still that attempt's."""
-        timer = self._timers.get(action_id)
-        if timer is None or (attempt_id is not None and timer.entry.attempt_id != attempt_id):
+    def untrack(self, action_id: str, attempt_id: str) -> bool:
+        """Stop the timer of ``attempt_id`` if it is still the latest attempt of its action."""
+        key = self._attempts.get(attempt_id)
+        if key is None or key[1] != action_id:
             return False
-        del self._timers[action_id]
+        del self._attempts[attempt_id]
+        del self._timers[key]
         return True
 
     def rebuild(self, entries: list[InFlight], now: float, wall_now: float) -> None:
@@ -61,14 +73,14 @@ class WatchdogCore:
         dispatcher answers our question about it.
         """
         for entry in entries:
-            if entry.action_id not in self._timers:
+            if _key(entry) not in self._timers:
                 self.track(entry, now, age_s=wall_now - entry.dispatched_at)
 
     def unanswered(self, action_id: str, attempt_id: str) -> None:
         """Our question got no answer (dispatcher down): ask again at the next scan."""
-        timer = self._timers.get(action_id)
-        if timer is not None and timer.entry.attempt_id == attempt_id:
-            timer.asked_at = None
+        key = self._attempts.get(attempt_id)
+        if key is not None and key[1] == action_id:
+            self._timers[key].asked_at = None
 
     def scan(self, now: float) -> list[OrphanResend | OrphanGiveUp]:
         """The questions to ask the dispatcher now (spec/03 §2: ORPHAN → resend or give up)."""

@@ -91,3 +91,11 @@ def test_rebuild_keeps_the_age_and_newer_tracks() -> None:
     [q] = w.scan(506.0)  # a1 was already 40 s old when the list arrived
     assert q.action_id == "a1"
     assert not w.untrack("a2", "old")  # the Track that overtook the list won
+
+
+def test_same_action_id_in_two_replays_has_two_timers() -> None:
+    w = core()
+    w.track(entry("a1", "t1").model_copy(update={"replay_id": "r1"}), now=0.0)
+    w.track(entry("a1", "t2").model_copy(update={"replay_id": "r2"}), now=0.0)
+    assert len(w) == 2
+    assert {q.attempt_id for q in w.scan(46.0)} == {"t1", "t2"}

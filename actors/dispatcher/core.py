@@ -1,0 +1,365 @@
+"""The dispatcher's pure core: the action state machine of spec/03 (DESIGN.md §4).
+
+Every public method takes one input and the current time and returns a :class:`Decision`
+(reply, effects, changed replay ids). No sockets, no clock, no uuid: ``now`` is given and
+ids come from ``new_id``. The shell persists the changed replays and the effects in one
+transaction, then performs the effects.
+
+Decisions (see also DESIGN.md §4):
+
+- One action in flight per session. Replays of one session run one after the other in
+  start order: a later one stays ``running`` with nothing dispatched until every earlier one
+  of its session has finished; a paused earlier replay keeps the session (its screen belongs
+  to the person answering the pause).
+- In flight is keyed by attempt_id (globally unique); action ids are unique per replay only.
+- Reports: only the machine the action was sent to (transport sender *and* body) may report
+  it, else ErrorReply ``wrong_machine``, recorded, no change. A report of the in-flight
+  action with another attempt is ``stale``; of an accepted action ``duplicate``; of an
+  abandoned one ``stale``; anything else ``unknown``.
+- A report with ``success`` and a pause signal (wrong_window...) completes the step and
+  pauses before the next one (resume does not redo it); a failure with a signal pauses and
+  resume redoes the step as ``{base}_resume``. Resuming a pause_for_human resolves that step.
+- Resends on agent hello / dispatcher restart count in ``dispatch_meta.resent_count`` but not
+  in ``InFlight.resent_count``, the watchdog's give-up budget, which counts orphan resends only.
+- Nothing sets ``failed`` automatically: every dead end pauses for a person, who may cancel.
+"""
+
+from __future__ import annotations
+
+from actors.dispatcher import rules
+from actors.dispatcher.effects import (
+    Decision,
+    NotifyAgentPaused,
+    RecordReport,
+)
+from actors.dispatcher.engine import Engine, Tx, who
+from actors.dispatcher.state import (
+    PAUSED,
+    InFlightEntry,
+    ReplayState,
+    Resolution,
+)
+from messages import events
+from messages.control import ErrorReply
+from messages.dispatch import (
+    ActionReport,
+    AgentHello,
+    InFlightList,
+    OrphanGiveUp,
+    OrphanResend,
+    ReportAck,
+)
+from messages.replay import (
+    Ack,
+    CancelReplay,
+    GetReplayStatus,
+    ReplayCancelled,
+    ReplayResumed,
+    ReplayStarted,
+    ReplayStatusReply,
+    ResumeReplay,
+    SafetyCheck,
+    StartReplay,
+)
+from messages.workflow import CRITICAL_TYPES
+
+
+class DispatcherCore(Engine):
+    """Owns replays, queues and in-flight actions; decides, never performs."""
+
+    # Control ------------------------------------------------------------------------------
+
+    def start(self, msg: StartReplay, now: float) -> Decision:
+        """A new replay of ``msg.workflow``; dispatches its first action if the session is free."""
+        problems = rules.workflow_problems(msg.workflow.actions)
+        if problems:  # refused whole: a suffixed id must never collide with another step
+            return Decision(ErrorReply(code="invalid_workflow", message=(
+                "workflow step ids cannot take retry/resume suffixes"),
+                detail={"problems": problems[:20]}))
+        self._evict_finished()
+        tx = Tx(now)
+        replay_id = self._new_id()
+        if replay_id in self.replays:
+            raise ValueError(f"new_id returned an existing replay id {replay_id!r}")
+        r = ReplayState(replay_id=replay_id, session_id=msg.session_id or self._new_id(),
+                        machine_id=msg.machine_id, workflow=msg.workflow, mode=msg.mode,
+                        operator=msg.operator, seq=self.state.next_seq, created_at=now,
+                        updated_at=now)
+        self.state.next_seq += 1
+        self.replays[replay_id] = r
+        tx.touch(r)
+        owner = self._owner(r.session_id)
+        waiting_for = owner.replay_id if owner is not None and owner is not r else None
+        info = {**who(r), "workflow_id": msg.workflow.workflow_id, "mode": msg.mode,
+                "total": r.total, "operator": msg.operator, "waiting_for": waiting_for}
+        tx.event(events.REPLAY_STARTED, **info)
+        tx.audit("replay_started", **info)
+        self._advance(r, tx)
+        return tx.done(ReplayStarted(replay_id=replay_id, session_id=r.session_id,
+                                     status=r.status))
+
+    def status(self, msg: GetReplayStatus) -> Decision:
+        """One replay, or all those in memory, oldest first."""
+        if msg.replay_id is None:
+            items = sorted(self.replays.values(), key=lambda r: r.seq)
+        elif msg.replay_id in self.replays:
+            items = [self.replays[msg.replay_id]]
+        else:
+            return Decision(_not_found(msg.replay_id))
+        return Decision(ReplayStatusReply(replays=[r.summary() for r in items]))
+
+    def inflight(self) -> Decision:
+        """Every action in flight, for the watchdog rebuilding its timers."""
+        entries = [r.tracked() for r in sorted(self.replays.values(), key=lambda r: r.seq)
+                   if r.inflight is not None]
+        return Decision(InFlightList(entries=entries))
+
+    def resume(self, msg: ResumeReplay, now: float) -> Decision:
+        """Resume a paused replay once every required check of this pause is acknowledged."""
+        r = self.replays.get(msg.replay_id)
+        if r is None:
+            return Decision(_not_found(msg.replay_id))
+        if r.status != PAUSED or r.pause is None:
+            return Decision(ErrorReply(code="not_paused", message=(
+                f"replay {r.replay_id} is {r.status}, not paused"), detail={"status": r.status}))
+        pause = r.pause
+        known = {c.id for c in pause.safety_checks}
+        unknown = [i for i in msg.acknowledged_check_ids if i not in known]
+        if unknown:
+            return Decision(ErrorReply(code="unknown_check_ids", message=(
+                "acknowledged ids that are not checks of this pause"), detail={"ids": unknown}))
+        acked = set(msg.acknowledged_check_ids)
+        missing = [c.id for c in pause.safety_checks if c.required and c.id not in acked]
+        if missing:
+            return Decision(ErrorReply(code="required_checks_missing", message=(
+                "every required check must be acknowledged"), detail={"missing": missing}))
+        tx = Tx(now)
+        ids = list(dict.fromkeys(msg.acknowledged_check_ids))
+        r.checks_acknowledged = {"ids": ids, "operator": msg.operator, "at": now}
+        resume_action_id = None
+        if pause.failed_action is not None:
+            base = rules.base_id(pause.failed_action.action_id)
+            n = r.resumes[base] = r.resumes.get(base, 0) + 1
+            r.retry_budget.pop(base, None)  # a person looked: the step gets a fresh budget
+            resume_action_id = rules.resume_id(base, n)
+            r.inserted.insert(0, pause.failed_action.model_copy(
+                update={"action_id": resume_action_id}))
+        if pause.counts_step:  # the person has done this step: it counts as completed
+            r.index += 1
+            r.completed_actions += 1
+        r.status, r.pause = "running", None
+        r.bump("resumes")
+        tx.touch(r)
+        info = {**who(r), "reason": pause.reason, "acknowledged_check_ids": ids,
+                "operator": msg.operator, "resume_action_id": resume_action_id}
+        tx.event(events.REPLAY_RESUMED, **info)
+        tx.audit("replay_resumed", **info)
+        remaining = r.queue_len() + (1 if r.inflight is not None else 0)
+        self._advance(r, tx)
+        return tx.done(ReplayResumed(replay_id=r.replay_id, session_id=r.session_id,
+                                     remaining_actions=remaining))
+
+    def cancel(self, msg: CancelReplay, now: float) -> Decision:
+        """Cancel a running or paused replay: its queue and in-flight action are purged (I4)."""
+        r = self.replays.get(msg.replay_id)
+        if r is None:
+            return Decision(_not_found(msg.replay_id))
+        if not r.active:
+            return Decision(ErrorReply(code="not_running", message=(
+                f"replay {r.replay_id} is already {r.status}"), detail={"status": r.status}))
+        tx = Tx(now)
+        purged = [r.inflight.action.action_id] if r.inflight is not None else []
+        queued = r.queue_len()
+        self._purge(r, tx)
+        r.status, r.pause = "cancelled", None
+        tx.touch(r)
+        info = {**who(r), "operator": msg.operator, "purged_inflight": purged,
+                "purged_queue": queued}
+        tx.event(events.REPLAY_CANCELLED, **info)
+        tx.audit("replay_cancelled", **info)
+        self._advance_session(r.session_id, tx)
+        return tx.done(ReplayCancelled(replay_id=r.replay_id, session_id=r.session_id))
+
+    def pause(self, replay_id: str, reason: str, message: str, now: float,
+              safety_checks: list[SafetyCheck] | None = None) -> Decision:
+        """Pause a running replay from outside (loop detector, operator); D8: the action in
+        flight, if any, is not cancelled, its report is applied, nothing new is dispatched."""
+        r = self.replays.get(replay_id)
+        if r is None:
+            return Decision(_not_found(replay_id))
+        if r.status != "running":
+            return Decision(ErrorReply(code="not_running", message=(
+                f"replay {replay_id} is {r.status}"), detail={"status": r.status}))
+        tx = Tx(now)
+        self._pause(r, tx, rules.PauseCause(reason, message, {}), None,
+                    checks=safety_checks or [])
+        return tx.done(Ack(status="paused", detail={"replay_id": replay_id}))
+
+    # Agent --------------------------------------------------------------------------------
+
+    def report(self, msg: ActionReport, sender_machine: str, now: float) -> Decision:
+        """Apply the first current report of an action (I3); record every other one."""
+        tx = Tx(now)
+        r = self.replays.get(msg.replay_id)
+        entry = r.inflight if r is not None else None
+        if entry is not None and entry.action.action_id != msg.action_id:
+            entry = None
+        done = r.resolved.get(msg.action_id) if r is not None else None
+        expected = entry.machine_id if entry is not None else (
+            r.machine_id if r is not None and done is not None else None)
+        if expected is not None and (sender_machine != expected or msg.machine_id != expected):
+            # Only the worker the action was sent to may report it (DESIGN.md §9).
+            tx.effects.append(RecordReport(msg, "refused", sender_machine, now))
+            tx.audit("report_refused", replay_id=msg.replay_id, action_id=msg.action_id,
+                     attempt_id=msg.attempt_id, sender_machine=sender_machine,
+                     claimed_machine=msg.machine_id, expected_machine=expected)
+            return tx.done(ErrorReply(code="wrong_machine", message=(
+                f"action {msg.action_id} was not dispatched to {sender_machine}"),
+                detail={"action_id": msg.action_id, "attempt_id": msg.attempt_id}))
+        if r is not None and entry is not None:
+            status = "accepted" if entry.attempt_id == msg.attempt_id else "stale"
+        elif done is not None:
+            status = "duplicate" if done.outcome == "acked" else "stale"
+        else:
+            status = "unknown"  # cancelled replay's action (case m), precheck ids (case q)
+        tx.effects.append(RecordReport(msg, status, sender_machine, now))
+        tx.audit("report_received", status=status, sender_machine=sender_machine,
+                 report=msg.model_dump(mode="python"))
+        if r is not None and entry is not None and status == "accepted":
+            self._apply_report(r, entry, msg, tx)
+        return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
+                                 status=status))
+
+    def agent_hello(self, msg: AgentHello, now: float) -> Decision:
+        """An agent (re)connected: resend what it should be doing, show pauses again."""
+        tx = Tx(now)
+        resent: list[str] = []
+        for r in self._active():
+            if r.inflight is not None and r.inflight.machine_id == msg.machine_id:
+                resent.append(r.inflight.action.action_id)
+                self._redispatch(r, "agent_reconnected", tx, orphan=False)
+            elif r.machine_id == msg.machine_id and r.status == "running":
+                self._advance(r, tx)
+            if r.machine_id == msg.machine_id and r.status == PAUSED and r.pause is not None:
+                tx.effects.append(NotifyAgentPaused(r.machine_id, r.replay_id, r.pause.message))
+        tx.audit("agent_hello", machine_id=msg.machine_id, instance_id=msg.instance_id,
+                 pid=msg.pid, resent=resent)
+        return tx.done(Ack(detail={"resent": resent}))
+
+    # Watchdog -----------------------------------------------------------------------------
+
+    def orphan_resend(self, msg: OrphanResend, now: float) -> Decision:
+        """Resend an orphan, if that attempt is still the current one (I5).
+
+        Always at the head: ``position="tail"`` would run later steps of the session before
+        this one, breaking "one action in flight per session, in order"; it is reported as
+        ``requested_position`` and not applied.
+        """
+        tx = Tx(now)
+        r = self._current(msg.action_id, msg.attempt_id)
+        if r is None or r.inflight is None:
+            return tx.done(_skipped(msg.action_id, msg.attempt_id))
+        self._redispatch(r, "orphan_timeout", tx, orphan=True)
+        e = r.inflight
+        tx.event(events.DISPATCH_ORPHAN_RESENT, **who(r, msg.action_id),
+                 attempt_id=e.attempt_id, previous_attempt_id=msg.attempt_id,
+                 resent=e.orphan_resends, age_s=msg.age_s, position="head",
+                 requested_position=msg.position)
+        return tx.done(Ack(status="resent", detail={
+            "attempt_id": e.attempt_id, "resent_count": e.orphan_resends, "position": "head"}))
+
+    def orphan_giveup(self, msg: OrphanGiveUp, now: float) -> Decision:
+        """Abandon an orphan (I5 re-check); D2 and the dead-client hook decide what follows."""
+        tx = Tx(now)
+        r = self._current(msg.action_id, msg.attempt_id)
+        if r is None or r.inflight is None:
+            return tx.done(_skipped(msg.action_id, msg.attempt_id))
+        action = r.inflight.action
+        self._untrack(r, tx)
+        r.resolved[action.action_id] = Resolution("abandoned", msg.attempt_id)
+        r.bump("abandoned")
+        period = self.config.dead_client_period_s
+        r.giveup_times = [t for t in r.giveup_times if now - t <= period] + [now]
+        tx.touch(r)
+        critical = action.type in CRITICAL_TYPES
+        info = {**who(r, action.action_id), "attempt_id": msg.attempt_id,
+                "action_type": action.type, "critical": critical,
+                "resent_count": msg.resent_count, "age_s": msg.age_s}
+        tx.event(events.DISPATCH_ORPHAN_GIVEUP, **info)
+        tx.audit("action_given_up", **info)
+        dead = sum(1 for o in self.replays.values() if o.session_id == r.session_id
+                   for t in o.giveup_times if now - t <= period)
+        if dead >= self.config.dead_client_count:
+            tx.event(events.DEAD_CLIENT_SIGNAL, session_id=r.session_id, dead_count=dead,
+                     period_s=period, replay_id=r.replay_id, machine_id=r.machine_id)
+            self._pause(r, tx, rules.dead_client_pause(r.machine_id, dead, period), action,
+                        failed=action)
+        elif critical:
+            self._pause(r, tx, rules.orphan_pause(action), action, failed=action)
+        else:
+            r.index += 1  # D2: a lost wait/scroll/verify is logged and the replay goes on
+            self._advance(r, tx)
+        return tx.done(Ack(status="abandoned", detail={
+            "replay_status": r.status, "dead_count": dead}))
+
+    def recover(self, now: float) -> Decision:
+        """After a restart from the store: resend every in-flight action with a new attempt."""
+        tx = Tx(now)
+        resent: list[str] = []
+        for r in self._active():
+            if r.inflight is not None:
+                resent.append(r.inflight.action.action_id)
+                self._redispatch(r, "dispatcher_restarted", tx, orphan=False)
+            else:
+                self._advance(r, tx)
+        tx.audit("dispatcher_recovered", resent=resent,
+                 active=[r.replay_id for r in self._active()])
+        return tx.done(Ack(status="recovered", detail={"resent": resent}))
+
+    # Transitions --------------------------------------------------------------------------
+
+    def _apply_report(self, r: ReplayState, entry: InFlightEntry, msg: ActionReport,
+                      tx: Tx) -> None:
+        action = entry.action
+        self._untrack(r, tx)
+        r.resolved[action.action_id] = Resolution("acked", entry.attempt_id)
+        r.bump("reports")
+        if msg.warning == "already_executed":
+            r.bump("already_executed")
+        tx.touch(r)
+        tx.event(events.ACTION_ACKED, **who(r, action.action_id), attempt_id=entry.attempt_id,
+                 success=msg.success, error=msg.error, warning=msg.warning)
+        cause = rules.report_pause(msg, action)
+        if msg.success:
+            # The step is done even if the report asks for a person: pause before the next
+            # step, and do not re-execute this one on resume (no double click).
+            r.completed_actions += 1
+            r.index += 1
+            if cause is not None:
+                self._pause(r, tx, cause, action)
+        elif cause is not None:
+            self._pause(r, tx, cause, action, failed=action)
+        else:
+            base = rules.base_id(action.action_id)
+            used = r.retry_budget.get(base, 0)
+            if used < self.config.max_retries_per_action:
+                n = r.retries[base] = r.retries.get(base, 0) + 1
+                r.retry_budget[base] = used + 1
+                retry = action.model_copy(update={"action_id": rules.retry_id(base, n)})
+                r.inserted.insert(0, retry)
+                r.bump("retries")
+                tx.audit("retry_scheduled", **who(r, action.action_id),
+                         retry_action_id=retry.action_id, error=msg.error, budget_used=used + 1)
+            else:
+                self._pause(r, tx, rules.retries_exhausted(msg, action, used), action,
+                            failed=action)
+        self._advance(r, tx)
+
+def _not_found(replay_id: str) -> ErrorReply:
+    return ErrorReply(code="not_found", message=f"no replay {replay_id}",
+                      detail={"replay_id": replay_id})
+
+
+def _skipped(action_id: str, attempt_id: str) -> Ack:
+    return Ack(status="skipped", detail={"reason": "not_in_flight", "action_id": action_id,
+                                         "attempt_id": attempt_id})

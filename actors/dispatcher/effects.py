@@ -1,0 +1,131 @@
+"""Effects: what a decision of the core asks the shell to do, as plain (serialisable) data.
+
+The shell commits the new state and the effects in one transaction (the outbox), then
+performs them; after a crash it performs the pending ones again, so every receiver must
+dedupe (the agent by action_id, the watchdog by attempt_id, the audit log by outbox id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from messages.base import Message
+from messages.dispatch import ActionReport, DispatchAction, InFlight
+
+
+@dataclass(frozen=True, slots=True)
+class SendToAgent:
+    """Request ``agent.<machine_id>`` to execute an action (a first dispatch or a resend)."""
+
+    machine_id: str
+    message: DispatchAction
+
+
+@dataclass(frozen=True, slots=True)
+class TrackInFlight:
+    """Tell the watchdog to time this attempt."""
+
+    entry: InFlight
+
+
+@dataclass(frozen=True, slots=True)
+class UntrackInFlight:
+    """Tell the watchdog this attempt is no longer waited for."""
+
+    action_id: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PublishEvent:
+    """A bus event; ``data["at"]`` is the time of the decision."""
+
+    topic: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyAgentPaused:
+    """Show the pause bubble on the agent (placeholder until the agent has a pause message)."""
+
+    machine_id: str
+    replay_id: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One decision worth an audit-trail entry; ``data["at"]`` is the time of the decision."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordReport:
+    """Local effect, consumed by the store in the same transaction (reports log, no outbox)."""
+
+    report: ActionReport
+    status: str  # accepted | duplicate | stale | unknown | refused
+    sender_machine: str
+    at: float
+
+
+Effect = (SendToAgent | TrackInFlight | UntrackInFlight | PublishEvent | NotifyAgentPaused
+          | AuditRecord | RecordReport)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to one input: the reply, the effects to perform, the replays changed."""
+
+    reply: Message
+    effects: list[Effect] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
+
+
+# Serialisation (msgpack-friendly dicts) ----------------------------------------------------
+
+def effect_to_dict(effect: Effect) -> dict[str, Any]:
+    """A dict msgpack can pack; :func:`effect_from_dict` is its inverse."""
+    match effect:
+        case SendToAgent(machine_id, message):
+            return {"kind": "send_to_agent", "machine_id": machine_id,
+                    "message": message.model_dump(mode="json")}
+        case TrackInFlight(entry):
+            return {"kind": "track", "entry": entry.model_dump(mode="json")}
+        case UntrackInFlight(action_id, attempt_id):
+            return {"kind": "untrack", "action_id": action_id, "attempt_id": attempt_id}
+        case PublishEvent(topic, data):
+            return {"kind": "event", "topic": topic, "data": data}
+        case NotifyAgentPaused(machine_id, replay_id, message):
+            return {"kind": "notify_paused", "machine_id": machine_id, "replay_id": replay_id,
+                    "message": message}
+        case AuditRecord(kind, data):
+            return {"kind": "audit", "audit_kind": kind, "data": data}
+        case RecordReport(report, status, sender, at):
+            return {"kind": "record_report", "report": report.model_dump(mode="python"),
+                    "status": status, "sender_machine": sender, "at": at}
+    raise TypeError(f"not an effect: {effect!r}")
+
+
+def effect_from_dict(d: dict[str, Any]) -> Effect:
+    """Rebuild an effect from :func:`effect_to_dict`; raises ValueError on anything else."""
+    kind = d.get("kind")
+    if kind == "send_to_agent":
+        return SendToAgent(d["machine_id"], DispatchAction.model_validate(d["message"]))
+    if kind == "track":
+        return TrackInFlight(InFlight.model_validate(d["entry"]))
+    if kind == "untrack":
+        return UntrackInFlight(d["action_id"], d["attempt_id"])
+    if kind == "event":
+        return PublishEvent(d["topic"], dict(d["data"]))
+    if kind == "notify_paused":
+        return NotifyAgentPaused(d["machine_id"], d["replay_id"], d["message"])
+    if kind == "audit":
+        return AuditRecord(d["audit_kind"], dict(d["data"]))
+    if kind == "record_report":
+        return RecordReport(ActionReport.model_validate(d["report"]), d["status"],
+                            d["sender_machine"], d["at"])
+    raise ValueError(f"unknown effect kind {kind!r}")

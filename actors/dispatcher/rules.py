@@ -1,0 +1,165 @@
+"""Pure business rules: action id suffixes, how a report is judged, pause texts, checks.
+
+Pause messages are in French: they are shown to the supervisor on the workstation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from messages.dispatch import ActionReport
+from messages.replay import SafetyCheck
+from messages.workflow import Action
+
+_SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
+
+# Pause reasons (ReplaySummary.pause_reason).
+USER_REQUEST = "user_request"
+SYSTEM_DIALOG = "system_dialog"
+WRONG_WINDOW = "wrong_window"
+NEEDS_HUMAN = "needs_human"
+TARGET_NOT_FOUND = "target_not_found"
+ACTION_FAILED = "action_failed"
+ORPHAN_MAX_RESENDS = "orphan_max_resends"
+DEAD_CLIENT = "dead_client"
+
+
+# Room left in an action id (128 chars max) for the suffixes the dispatcher adds.
+MAX_STEP_ID = 128 - len("_resume999")
+
+
+def workflow_problems(actions: list[Action]) -> list[str]:
+    """Step ids the dispatcher could not derive unique retry/resume ids from."""
+    problems = []
+    for a in actions:
+        if _SUFFIX.search(a.action_id):
+            problems.append(f"{a.action_id}: ends with a reserved _retryN/_resumeN suffix")
+        elif len(a.action_id) > MAX_STEP_ID:
+            problems.append(f"{a.action_id[:20]}...: longer than {MAX_STEP_ID} characters")
+    return problems
+
+
+def base_id(action_id: str) -> str:
+    """The workflow step id behind ``action_id``: one ``_retry{N}``/``_resume{N}`` removed."""
+    return _SUFFIX.sub("", action_id)
+
+
+def retry_id(action_id: str, n: int) -> str:
+    """``{base}_retry{n}``: the suffix replaces any previous one, never stacks."""
+    return f"{base_id(action_id)}_retry{n}"
+
+
+def resume_id(action_id: str, n: int) -> str:
+    """``{base}_resume`` for the first resume of a step, ``{base}_resume{n}`` after.
+
+    Numbered after the first so that every dispatched id stays unique within a replay:
+    the agent's ledger dedupes on action_id and would not execute a second ``_resume``.
+    """
+    return f"{base_id(action_id)}_resume" + (str(n) if n > 1 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class PauseCause:
+    reason: str
+    message: str
+    detail: dict[str, Any]
+
+
+def _label(action: Action) -> str:
+    if action.intention:
+        return action.intention
+    spec = action.target_spec
+    if spec and (spec.by_text or spec.vlm_description):
+        return spec.by_text or spec.vlm_description or action.action_id
+    return action.action_id
+
+
+def report_pause(report: ActionReport, action: Action) -> PauseCause | None:
+    """The pause a report asks for by itself (system dialog, wrong window, needs_human)."""
+    error = report.error or ""
+    if error.startswith("system_dialog"):
+        dialog = report.system_dialog or {}
+        category = str(dialog.get("category") or error.partition(":")[2] or "inconnue")
+        why = f" : {dialog['reason']}" if dialog.get("reason") else ""
+        return PauseCause(SYSTEM_DIALOG,
+                          f"Une fenêtre système bloque Léa ({category}){why}. "
+                          "Traitez-la, puis reprenez.",
+                          {"error": error, "system_dialog": dialog})
+    if report.warning == "wrong_window":
+        expected = action.expected_window_before or action.expected_window_title
+        hint = f" (attendue : « {expected} »)" if expected else ""
+        return PauseCause(WRONG_WINDOW,
+                          f"Léa n'est pas sur la bonne fenêtre{hint} pour « {_label(action)} ». "
+                          "Affichez la bonne fenêtre, puis reprenez.", {"expected": expected})
+    if report.needs_human:
+        if error == "indeterminate_after_restart":
+            text = (f"Léa a redémarré pendant « {_label(action)} » : vérifiez si l'action a été "
+                    "faite avant de reprendre.")
+        else:
+            cause = f" ({error})" if error else ""
+            text = f"Léa a besoin d'aide{cause} pour « {_label(action)} ». Vérifiez l'écran."
+        return PauseCause(NEEDS_HUMAN, text, {"error": report.error})
+    return None
+
+
+def retries_exhausted(report: ActionReport, action: Action, retries: int) -> PauseCause:
+    """The pause once a failing step has used its retry budget."""
+    if report.error == "target_not_found":
+        what = report.target_description or _label(action)
+        return PauseCause(TARGET_NOT_FOUND, f"Je n'y arrive pas (« {what} »)",
+                          {"target_description": report.target_description,
+                           "retries": retries})
+    return PauseCause(ACTION_FAILED,
+                      f"L'action « {_label(action)} » échoue ({report.error or 'erreur'}) "
+                      f"après {retries} nouvelles tentatives.",
+                      {"error": report.error, "retries": retries})
+
+
+def orphan_pause(action: Action) -> PauseCause:
+    return PauseCause(ORPHAN_MAX_RESENDS,
+                      f"Léa n'a pas répondu pour « {_label(action)} », vérifiez l'écran "
+                      "(l'action a peut-être été faite) avant de reprendre.",
+                      {"action_type": action.type})
+
+
+def dead_client_pause(machine_id: str, count: int, period_s: float) -> PauseCause:
+    return PauseCause(DEAD_CLIENT,
+                      f"Léa ne répond plus sur le poste {machine_id} ({count} actions sans "
+                      f"réponse en {period_s:g} s). Vérifiez le poste, puis reprenez.",
+                      {"dead_count": count, "period_s": period_s})
+
+
+def human_pause(action: Action, checks: list[SafetyCheck]) -> PauseCause:
+    message = action.parameters.get("message")
+    text = message if isinstance(message, str) and message else (
+        action.intention or "Pause demandée par le workflow.")
+    return PauseCause(USER_REQUEST, text,
+                      {"safety_level": action.parameters.get("safety_level"),
+                       "checks": len(checks)})
+
+
+def declared_checks(action: Action) -> list[SafetyCheck]:
+    """``parameters.safety_checks`` as SafetyCheck (source declarative).
+
+    Lenient on shape but never drops a check: a medical check lost to a typo is worse than
+    one with a generated id. Bare strings become labels; ids are made unique.
+    """
+    raw = action.parameters.get("safety_checks")
+    if not isinstance(raw, list):
+        return []
+    checks: list[SafetyCheck] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw, start=1):
+        entry: dict[str, Any] = item if isinstance(item, dict) else {"label": str(item)}
+        cid = str(entry.get("id") or f"check_{i}")
+        while cid in seen:
+            cid = f"{cid}_{i}"
+        seen.add(cid)
+        label = str(entry.get("label") or entry.get("id") or f"Vérification {i}")
+        required = entry.get("required", True)
+        checks.append(SafetyCheck(id=cid, label=label,
+                                  required=required if isinstance(required, bool) else True,
+                                  source="declarative"))
+    return checks

@@ -1,0 +1,211 @@
+"""The dispatcher's state as plain data: replays, their queues, the action in flight, pauses.
+
+A replay's queue is not stored as a list: it is the workflow's actions from ``cursor`` on,
+preceded by ``inserted`` (the ``_retry{N}`` / ``_resume`` actions pushed at the head). The
+workflow is immutable and stored once; everything else is the small mutable part that the
+store rewrites on every transition (see :func:`mutable_dump`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from messages.dispatch import DispatchMeta, InFlight
+from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck
+from messages.workflow import Action, Workflow
+
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+PAUSED: Literal["paused_need_help"] = "paused_need_help"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherConfig:
+    """Business limits of the core (the watchdog's timers live in the watchdog)."""
+
+    max_retries_per_action: int = 3  # spec/03 §7 MAX_RETRIES_PER_ACTION
+    dead_client_count: int = 2  # give-ups ...
+    dead_client_period_s: float = 60.0  # ... within this period on one session pause it
+    max_finished_replays: int = 1000  # finished replays kept in memory for status queries
+
+
+class Resolution(NamedTuple):
+    """How a dispatched action_id ended: its report was accepted, or it was abandoned."""
+
+    outcome: Literal["acked", "abandoned"]
+    attempt_id: str
+
+
+@dataclass(slots=True)
+class InFlightEntry:
+    """The one action of a replay waiting for its report (spec/03 §2 DISPATCHED)."""
+
+    action: Action
+    attempt_id: str
+    machine_id: str
+    first_dispatched_at: float
+    dispatched_at: float  # of the current attempt: the watchdog's clock starts here
+    resent_count: int = 0  # every resend, whatever its reason (dispatch_meta, for people)
+    orphan_resends: int = 0  # watchdog resends only: the budget the watchdog counts
+    last_resent_at: float = 0.0
+    resend_reason: str | None = None
+
+    def meta(self) -> DispatchMeta:
+        return DispatchMeta(first_dispatched_at=self.first_dispatched_at,
+                            resent_count=self.resent_count, last_resent_at=self.last_resent_at,
+                            resend_reason=self.resend_reason)
+
+
+@dataclass(slots=True)
+class PauseInfo:
+    """Why a replay waits for a person, and what resuming it does."""
+
+    reason: str
+    message: str
+    at: float
+    action_id: str | None = None  # the step the pause is about, for people
+    failed_action: Action | None = None  # rebuilt as ``{base}_resume`` at the head on resume
+    counts_step: bool = False  # resuming resolves that step (a pause_for_human)
+    safety_checks: list[SafetyCheck] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ReplayState:
+    """One replay: immutable head (ids, workflow, mode) and its mutable progress."""
+
+    replay_id: str
+    session_id: str
+    machine_id: str
+    workflow: Workflow
+    mode: Mode
+    operator: str | None
+    seq: int  # creation order: replays of one session run one after the other in this order
+    created_at: float
+    updated_at: float
+    status: ReplayStatusName = "running"
+    cursor: int = 0  # next workflow action to take once ``inserted`` is empty
+    inserted: list[Action] = field(default_factory=list)
+    index: int = 0  # workflow steps resolved (acked, skipped, or abandoned and passed)
+    completed_actions: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    inflight: InFlightEntry | None = None
+    resolved: dict[str, Resolution] = field(default_factory=dict)  # append-only
+    retries: dict[str, int] = field(default_factory=dict)  # base id -> retries made (naming)
+    retry_budget: dict[str, int] = field(default_factory=dict)  # base id -> since last resume
+    resumes: dict[str, int] = field(default_factory=dict)  # base id -> resumes made (naming)
+    giveup_times: list[float] = field(default_factory=list)  # recent give-ups (dead client)
+    pause: PauseInfo | None = None
+    checks_acknowledged: dict[str, Any] | None = None
+
+    @property
+    def total(self) -> int:
+        return len(self.workflow.actions)
+
+    @property
+    def active(self) -> bool:
+        return self.status not in TERMINAL
+
+    def queue_len(self) -> int:
+        return len(self.inserted) + self.total - self.cursor
+
+    def queue_ids(self) -> list[str]:
+        rest = self.workflow.actions[self.cursor:]
+        return [a.action_id for a in self.inserted] + [a.action_id for a in rest]
+
+    def pop_head(self) -> Action | None:
+        if self.inserted:
+            return self.inserted.pop(0)
+        if self.cursor < self.total:
+            self.cursor += 1
+            return self.workflow.actions[self.cursor - 1]
+        return None
+
+    def clear_queue(self) -> None:
+        self.inserted = []
+        self.cursor = self.total
+
+    def bump(self, counter: str, by: int = 1) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + by
+
+    def tracked(self) -> InFlight:
+        """The in-flight entry as the watchdog tracks it (its budget: orphan resends only)."""
+        e = self.inflight
+        if e is None:
+            raise ValueError(f"replay {self.replay_id} has nothing in flight")
+        return InFlight(replay_id=self.replay_id, session_id=self.session_id,
+                        machine_id=e.machine_id, action_id=e.action.action_id,
+                        attempt_id=e.attempt_id, action_type=e.action.type,
+                        dispatched_at=e.dispatched_at, resent_count=e.orphan_resends)
+
+    def summary(self) -> ReplaySummary:
+        p = self.pause
+        return ReplaySummary(
+            replay_id=self.replay_id, session_id=self.session_id, machine_id=self.machine_id,
+            workflow_id=self.workflow.workflow_id, mode=self.mode, status=self.status,
+            index=self.index, total=self.total, completed_actions=self.completed_actions,
+            current_action_id=self.inflight.action.action_id if self.inflight else None,
+            pause_reason=p.reason if p else None, pause_message=p.message if p else None,
+            safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
+            created_at=self.created_at, updated_at=self.updated_at)
+
+
+@dataclass(slots=True)
+class DispatcherState:
+    """Everything the core owns; what the store loads and the core mutates."""
+
+    replays: dict[str, ReplayState] = field(default_factory=dict)
+    next_seq: int = 1
+
+
+# Serialisation of the mutable part (msgpack-friendly dicts) --------------------------------
+
+def _action(a: Action) -> dict[str, Any]:
+    return a.model_dump(mode="json")
+
+
+def mutable_dump(r: ReplayState) -> dict[str, Any]:
+    """The part of a replay that changes per transition (not the workflow, not ``resolved``)."""
+    e, p = r.inflight, r.pause
+    return {
+        "status": r.status, "cursor": r.cursor, "inserted": [_action(a) for a in r.inserted],
+        "index": r.index, "completed_actions": r.completed_actions, "counters": r.counters,
+        "updated_at": r.updated_at, "retries": r.retries, "retry_budget": r.retry_budget,
+        "resumes": r.resumes, "giveup_times": r.giveup_times,
+        "checks_acknowledged": r.checks_acknowledged,
+        "inflight": None if e is None else {
+            "action": _action(e.action), "attempt_id": e.attempt_id, "machine_id": e.machine_id,
+            "first_dispatched_at": e.first_dispatched_at, "dispatched_at": e.dispatched_at,
+            "resent_count": e.resent_count, "orphan_resends": e.orphan_resends,
+            "last_resent_at": e.last_resent_at, "resend_reason": e.resend_reason},
+        "pause": None if p is None else {
+            "reason": p.reason, "message": p.message, "at": p.at, "action_id": p.action_id,
+            "failed_action": None if p.failed_action is None else _action(p.failed_action),
+            "counts_step": p.counts_step, "detail": p.detail,
+            "safety_checks": [c.model_dump(mode="json") for c in p.safety_checks]},
+    }
+
+
+def mutable_restore(r: ReplayState, m: dict[str, Any]) -> None:
+    """Apply a :func:`mutable_dump` onto a replay rebuilt from its immutable head."""
+    r.status = m["status"]
+    r.cursor, r.index = m["cursor"], m["index"]
+    r.inserted = [Action.model_validate(a) for a in m["inserted"]]
+    r.completed_actions, r.counters = m["completed_actions"], dict(m["counters"])
+    r.updated_at = m["updated_at"]
+    r.retries, r.retry_budget = dict(m["retries"]), dict(m["retry_budget"])
+    r.resumes, r.giveup_times = dict(m["resumes"]), list(m["giveup_times"])
+    r.checks_acknowledged = m["checks_acknowledged"]
+    e, p = m["inflight"], m["pause"]
+    r.inflight = None if e is None else InFlightEntry(
+        action=Action.model_validate(e["action"]), attempt_id=e["attempt_id"],
+        machine_id=e["machine_id"], first_dispatched_at=e["first_dispatched_at"],
+        dispatched_at=e["dispatched_at"], resent_count=e["resent_count"],
+        orphan_resends=e["orphan_resends"], last_resent_at=e["last_resent_at"],
+        resend_reason=e["resend_reason"])
+    r.pause = None if p is None else PauseInfo(
+        reason=p["reason"], message=p["message"], at=p["at"], action_id=p["action_id"],
+        failed_action=(None if p["failed_action"] is None
+                       else Action.model_validate(p["failed_action"])),
+        counts_step=p["counts_step"], detail=dict(p["detail"]),
+        safety_checks=[SafetyCheck.model_validate(c) for c in p["safety_checks"]])

@@ -1,0 +1,275 @@
+"""The dispatcher's SQLite store: round trip, one-transaction commits, outbox, reports log."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from actors.dispatcher.effects import (
+    AuditRecord,
+    Effect,
+    NotifyAgentPaused,
+    PublishEvent,
+    RecordReport,
+    SendToAgent,
+    TrackInFlight,
+    UntrackInFlight,
+    effect_from_dict,
+    effect_to_dict,
+)
+from actors.dispatcher.state import DispatcherState, mutable_dump
+from actors.dispatcher.store import DB_NAME, DispatcherStore
+from messages.workflow import Action
+from tests.unit.test_dispatcher_core import CHECKS, H, act, of, sent, wf
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def persist(h: H, store: DispatcherStore) -> list[tuple[int, Effect]]:
+    rows: list[tuple[int, Effect]] = []
+    for d in h.decisions:
+        rows += store.commit_decision(h.core.replays, d)
+    h.decisions.clear()
+    return rows
+
+
+def snapshot(state: DispatcherState) -> dict[str, Any]:
+    return {rid: (r.summary(), mutable_dump(r), dict(r.resolved), r.workflow, r.seq,
+                  r.operator, r.created_at)
+            for rid, r in state.replays.items()}
+
+
+def varied(h: H) -> dict[str, str]:
+    """Replays in every state: in flight after a retry, paused with checks, waiting, done."""
+    retrying, _ = h.start(wf("s1", "s2"), session="A")
+    h.report(retrying, success=False, error="target_not_found")
+    h.resend(retrying)
+    waiting, _ = h.start(wf("w1"), session="A")
+    paused, _ = h.start(wf("p1", act("p", "pause_for_human", safety_checks=CHECKS)), machine="m2")
+    h.report(paused, warning="already_executed")
+    failed, _ = h.start(wf("f1", "f2"), machine="m3")
+    h.report(failed, success=False, error="system_dialog:uac_consent")
+    cancelled, _ = h.start(wf("c1"), session="C")
+    h.cancel(cancelled)
+    done, _ = h.start(wf("d1"), session="D")
+    h.report(done)
+    return {"retrying": retrying, "waiting": waiting, "paused": paused, "failed": failed,
+            "cancelled": cancelled, "done": done}
+
+
+def test_round_trip_restores_every_replay(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    ids = varied(h)
+    persist(h, store)
+    store.close()
+    loaded = DispatcherStore(tmp_path / "d.sqlite3").load()
+    assert snapshot(loaded) == snapshot(h.core.state)
+    assert loaded.next_seq == h.core.state.next_seq
+    assert loaded.replays[ids["paused"]].pause is not None
+    failed = loaded.replays[ids["failed"]].pause
+    assert failed is not None and failed.failed_action is not None
+    assert failed.failed_action.action_id == "f1"
+
+
+def test_a_reloaded_core_carries_on(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    ids = varied(h)
+    persist(h, store)
+    h2 = H(state=DispatcherStore(tmp_path / "d.sqlite3").load(), first_id=h.n, now=h.now)
+    h2.core.check_invariants()
+    assert [m.action.action_id for m in sent(h2.report(ids["retrying"]))] == ["s2"]
+    assert [m.action.action_id for m in sent(h2.resume(ids["failed"]))] == ["f1_resume"]
+
+
+def test_commit_is_all_or_nothing(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    rid, d = h.start(wf("s1"))
+    with pytest.raises(TypeError):
+        store.commit([h.replay(rid)], [*d.effects, "not an effect"])  # type: ignore[list-item]
+    assert store.load().replays == {} and store.pending_outbox() == []
+    store.commit_decision(h.core.replays, d)  # the head is written in full on the retry
+    assert list(DispatcherStore(tmp_path / "d.sqlite3").load().replays) == [rid]
+
+
+def test_outbox_rows_are_returned_pending_then_forgotten(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    _, d = h.start(wf("s1"))
+    rows = store.commit_decision(h.core.replays, d)
+    assert [e for _, e in rows] == [e for e in d.effects if not isinstance(e, RecordReport)]
+    assert [i for i, _ in rows] == sorted(i for i, _ in rows)
+    assert store.pending_outbox() == rows
+    assert store.pending_outbox(limit=2) == rows[:2]
+    store.mark_sent([i for i, _ in rows[:2]])
+    assert store.pending_outbox() == rows[2:]
+    store.mark_sent([i for i, _ in rows])
+    store.mark_sent([])
+    assert store.pending_outbox() == []
+    store.close()
+    # Ids are never reused (receivers dedupe on them), even after the outbox emptied.
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    _, d2 = h.start(wf("s2"))
+    again = store.commit_decision(h.core.replays, d2)
+    assert min(i for i, _ in again) > max(i for i, _ in rows)
+
+
+def test_reports_log_records_every_report_with_its_status(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    rid, _ = h.start(wf("s1", "s2"))
+    old = h.report_msg(rid, screenshot_after=b"\x89PNG-old")
+    h.resend(rid)
+    h.send_report(old)  # stale
+    fresh = h.report_msg(rid, screenshot_after=b"\x89PNG")
+    h.send_report(fresh)  # accepted
+    h.send_report(fresh)  # duplicate
+    h.report(rid, sender="m9")  # refused
+    h.report(rid, action_id="precheck_wait_1", attempt="x")  # unknown
+    rows = persist(h, store)
+    assert not any(isinstance(e, RecordReport) for _, e in rows)  # local, not in the outbox
+    log = store.reports(rid)
+    assert [(r["action_id"], r["status"]) for r in log] == [
+        ("s1", "stale"), ("s1", "accepted"), ("s1", "duplicate"), ("s2", "refused"),
+        ("precheck_wait_1", "unknown")]
+    assert log[3]["sender_machine"] == "m9"
+    assert log[1]["body"]["screenshot_after"] == {
+        "sha256": hashlib.sha256(b"\x89PNG").hexdigest(), "bytes": 4}  # bytes: audit trail
+    assert log[1]["success"] is True and store.reports("other") == []
+
+
+def test_every_effect_survives_msgpack(tmp_path: Path) -> None:
+    h = H()
+    rid, d = h.start(wf("s1", act("t", "type")))
+    report = h.report_msg(rid, screenshot_before=b"\x00\xff", actual_position={"x_pct": 0.5})
+    effects: list[Effect] = [
+        *d.effects, UntrackInFlight("s1", "a1"), NotifyAgentPaused("m1", rid, "Pause"),
+        AuditRecord("report_received", {"report": report.model_dump(), "at": 1.5}),
+        RecordReport(report, "accepted", "m1", 2.0)]
+    assert {type(e) for e in effects} >= {SendToAgent, TrackInFlight, PublishEvent}
+    for effect in effects:
+        packed = msgpack.packb(effect_to_dict(effect), use_bin_type=True)
+        assert effect_from_dict(msgpack.unpackb(packed, raw=False)) == effect
+    with pytest.raises(ValueError):
+        effect_from_dict({"kind": "nope"})
+
+
+def test_workflow_is_written_once_and_transitions_stay_small(tmp_path: Path) -> None:
+    anchor = "A" * 20_000  # a big anchor image per step
+    steps = [Action.model_validate({**act(f"s{i}").model_dump(),
+                                    "target_spec": {"anchor_image_base64": anchor}})
+             for i in range(50)]
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    rid, _ = h.start(wf(*steps))
+    persist(h, store)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    for _ in range(10):
+        h.report(rid)
+    persist(h, store)
+    store._db.set_trace_callback(None)
+    assert not any(s.lstrip().upper().startswith("INSERT INTO REPLAYS") for s in statements)
+    (state_bytes, workflow_bytes) = store._db.execute(
+        "SELECT length(state), length(workflow) FROM replays").fetchone()
+    assert workflow_bytes > 50 * 20_000 and state_bytes < 25_000  # one in-flight step at most
+    assert store._db.execute("SELECT count(*) FROM resolved").fetchone() == (10,)
+
+
+def test_resolved_rows_are_appended_once_across_reloads(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    rid, _ = h.start(wf("s1", "s2", "s3"))
+    h.report(rid)
+    persist(h, store)
+    store.close()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    h2 = H(state=store.load(), first_id=h.n, now=h.now)
+    h2.report(rid)
+    h2.report(rid)
+    persist(h2, store)
+    rows = store._db.execute("SELECT action_id, outcome FROM resolved ORDER BY rowid").fetchall()
+    assert rows == [("s1", "acked"), ("s2", "acked"), ("s3", "acked")]
+
+
+def test_load_keeps_unfinished_and_the_most_recent_finished(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3", keep_finished=2)
+    finished = []
+    for i in range(4):
+        rid, _ = h.start(wf(f"s{i}"))
+        h.report(rid)
+        finished.append(rid)
+    running, _ = h.start(wf("r1"))
+    persist(h, store)
+    state = store.load()
+    assert list(state.replays) == [*finished[2:], running]
+    assert state.next_seq == 6
+
+
+@pytest.mark.parametrize("mode, value", [("FULL", 2), ("NORMAL", 1)])
+def test_wal_and_synchronous_mode(tmp_path: Path, mode: Any, value: int) -> None:
+    store = DispatcherStore(tmp_path / "d.sqlite3", synchronous=mode)
+    assert store._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert store._db.execute("PRAGMA synchronous").fetchone() == (value,)
+
+
+def test_in_dir_creates_the_database_under_the_data_dir(tmp_path: Path) -> None:
+    store = DispatcherStore.in_dir(tmp_path / "var")
+    assert store.path == tmp_path / "var" / DB_NAME and store.path.exists()
+
+
+def test_state_survives_kill_9_right_after_commit(tmp_path: Path) -> None:
+    """A committed transition is on disk even if the process dies without closing anything."""
+    db = tmp_path / "d.sqlite3"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from actors.dispatcher.store import DispatcherStore
+        from tests.unit.test_dispatcher_core import H, wf
+        store = DispatcherStore({str(db)!r}, synchronous="NORMAL")
+        h = H()
+        rid, d = h.start(wf("s1", "s2"))
+        store.commit_decision(h.core.replays, d)
+        print(rid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    rid = proc.stdout.decode().strip()
+    store = DispatcherStore(db)
+    state = store.load()
+    r = state.replays[rid]
+    assert r.inflight is not None and r.inflight.action.action_id == "s1"
+    assert [type(e) for _, e in store.pending_outbox()].count(SendToAgent) == 1
+    h = H(state=state, first_id=100)
+    d = h.do(h.core.recover(h.now))
+    assert [m.dispatch_meta.resend_reason for m in sent(d)] == ["dispatcher_restarted"]
+    assert of(d, UntrackInFlight)
+
+
+def test_a_foreign_writer_cannot_half_apply(tmp_path: Path) -> None:
+    """BEGIN IMMEDIATE takes the write lock up front: a concurrent writer waits, never mixes."""
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    other = sqlite3.connect(tmp_path / "d.sqlite3", isolation_level=None, timeout=0.05)
+    other.execute("BEGIN IMMEDIATE")
+    h = H()
+    _, d = h.start(wf("s1"))
+    store._db.execute("PRAGMA busy_timeout=50")
+    with pytest.raises(sqlite3.OperationalError):
+        store.commit_decision(h.core.replays, d)
+    other.execute("ROLLBACK")
+    assert store.pending_outbox() == []
+    assert store.commit_decision(h.core.replays, d)

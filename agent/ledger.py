@@ -1,7 +1,10 @@
 """The agent's on-disk ledger of executed actions (DESIGN §4, D5/D6).
 
-One row per ``action_id``: which attempt started it, whether it finished, the report first
-sent for it and the report still waiting for the dispatcher's acknowledgement (the outbox).
+One row per ``(replay_id, action_id)``: which attempt started it, whether it finished, the
+report first sent for it and the report still waiting for the dispatcher's acknowledgement
+(the outbox). Action ids are stable per workflow step, so the replay is part of the key: the
+same step in a new replay of the workflow is a new action, executed again; only a
+re-delivery within one replay is answered from the ledger.
 
 Durability is the point of this module. SQLite in WAL mode with ``synchronous=FULL``: when
 :meth:`Ledger.begin` returns, the *started* mark is on disk, and only then may the executor
@@ -11,6 +14,9 @@ never runs an action twice because it forgot it ran it.
 The table is bounded (256 by default): past the bound, the oldest *finished and acked* rows
 go. Rows still started, or whose report is unacked, are never evicted (losing them would
 lose a report or an exactly-once guarantee), so the table may briefly exceed the bound.
+
+The file carries its schema version (``PRAGMA user_version``); a file of another version is
+refused (:class:`LedgerVersionError`) rather than read wrongly or silently started afresh.
 """
 
 from __future__ import annotations
@@ -29,15 +35,17 @@ from messages.codec import decode, encode, new_id
 from messages.dispatch import ActionReport, DispatchAction
 
 DEFAULT_CAPACITY = 256
+SCHEMA_VERSION = 2
+"""Version 1 (unversioned, ``user_version`` 0) was keyed by ``action_id`` alone."""
 
 State = Literal["started", "finished"]
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS actions (
+CREATE TABLE actions (
     seq            INTEGER PRIMARY KEY AUTOINCREMENT,
-    action_id      TEXT NOT NULL UNIQUE,
-    attempt_id     TEXT NOT NULL,
     replay_id      TEXT NOT NULL,
+    action_id      TEXT NOT NULL,
+    attempt_id     TEXT NOT NULL,
     session_id     TEXT NOT NULL,
     machine_id     TEXT NOT NULL,
     action_type    TEXT NOT NULL,
@@ -47,9 +55,10 @@ CREATE TABLE IF NOT EXISTS actions (
     report         BLOB,
     outbox         BLOB,
     outbox_attempt TEXT,
-    acked_at       REAL
+    acked_at       REAL,
+    UNIQUE (replay_id, action_id)
 );
-CREATE INDEX IF NOT EXISTS actions_state ON actions (state);
+CREATE INDEX actions_state ON actions (state);
 """
 
 _COLUMNS = ("action_id, attempt_id, replay_id, session_id, machine_id, action_type, state, "
@@ -60,13 +69,19 @@ class LedgerLocked(RuntimeError):
     """Another live process holds this ledger."""
 
 
+class LedgerVersionError(RuntimeError):
+    """The ledger file has another schema version than this code (e.g. an older agent's)."""
+
+
 class LedgerConflict(ValueError):
-    """``begin`` for an action_id the ledger already holds (the caller must look it up first)."""
+    """``begin`` for a ``(replay_id, action_id)`` the ledger already holds (the caller must
+    look it up first)."""
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One row. ``report`` is the first report sent; ``outbox`` the one awaiting an ack."""
+    """One row, keyed by ``(replay_id, action_id)``. ``report`` is the first report sent;
+    ``outbox`` the one awaiting an ack."""
 
     action_id: str
     attempt_id: str
@@ -128,7 +143,7 @@ class Ledger:
             # FULL: a commit returns only once the WAL is fsync'ed. NORMAL would be 4x
             # faster but may lose the last commits on power loss, i.e. a *started* mark.
             db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA)
+            _check_schema(db, self.path)
         except BaseException:
             db.close()
             raise
@@ -147,21 +162,24 @@ class Ledger:
         self._db.execute("COMMIT")
 
     def begin(self, dispatch: DispatchAction, now: float | None = None) -> None:
-        """Mark ``dispatch``'s action started; durable on return. Evicts old finished rows."""
+        """Mark ``dispatch``'s action started; durable on return. Evicts old finished rows.
+
+        Raises :class:`LedgerConflict` if its ``(replay_id, action_id)`` is already there.
+        """
         now = time.time() if now is None else now
         action = dispatch.action
         try:
             with self._tx() as db:
                 db.execute(
-                    "INSERT INTO actions (action_id, attempt_id, replay_id, session_id,"
+                    "INSERT INTO actions (replay_id, action_id, attempt_id, session_id,"
                     " machine_id, action_type, state, started_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, 'started', ?)",
-                    (action.action_id, dispatch.attempt_id, dispatch.replay_id,
+                    (dispatch.replay_id, action.action_id, dispatch.attempt_id,
                      dispatch.session_id, dispatch.machine_id, action.type, now))
                 self._evict(db)
         except sqlite3.IntegrityError:
-            raise LedgerConflict(f"action {action.action_id!r} is already in the ledger") \
-                from None
+            raise LedgerConflict(f"action {action.action_id!r} of replay"
+                                 f" {dispatch.replay_id!r} is already in the ledger") from None
 
     def _evict(self, db: sqlite3.Connection) -> None:
         (count,) = db.execute("SELECT COUNT(*) FROM actions").fetchone()
@@ -172,24 +190,32 @@ class Ledger:
                 " WHERE state = 'finished' AND outbox IS NULL ORDER BY seq LIMIT ?)",
                 (excess,))
 
-    def finish(self, action_id: str, report: ActionReport, now: float | None = None) -> bytes:
+    def finish(self, replay_id: str, action_id: str, report: ActionReport,
+               now: float | None = None) -> bytes:
         """Mark the action finished with ``report``, which also goes to the outbox.
 
         Returns the encoded report (the outbox bytes).
         """
+        if (report.replay_id, report.action_id) != (replay_id, action_id):
+            raise ValueError(f"the report of {report.action_id!r} (replay"
+                             f" {report.replay_id!r}) cannot finish {action_id!r}"
+                             f" (replay {replay_id!r})")
         now = time.time() if now is None else now
         data = encode_report(report)
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE actions SET state = 'finished', finished_at = ?, report = ?,"
-                " outbox = ?, outbox_attempt = ?, acked_at = NULL WHERE action_id = ?",
-                (now, data, data, report.attempt_id, action_id))
+                " outbox = ?, outbox_attempt = ?, acked_at = NULL"
+                " WHERE replay_id = ? AND action_id = ?",
+                (now, data, data, report.attempt_id, replay_id, action_id))
             if cur.rowcount != 1:
-                raise KeyError(f"action {action_id!r} is not in the ledger")
+                raise KeyError(f"action {action_id!r} of replay {replay_id!r} is not in the"
+                               " ledger")
         return data
 
     def queue_report(self, report: ActionReport) -> bytes:
-        """Put ``report`` (e.g. re-addressed to a newer attempt) in the action's outbox.
+        """Put ``report`` (e.g. re-addressed to a newer attempt) in the outbox of its action,
+        the row of its ``(replay_id, action_id)``.
 
         It replaces an unacked older one: only the newest attempt is current for the
         dispatcher, so an older copy would only be recorded as stale.
@@ -198,13 +224,15 @@ class Ledger:
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE actions SET outbox = ?, outbox_attempt = ?, acked_at = NULL"
-                " WHERE action_id = ? AND state = 'finished'",
-                (data, report.attempt_id, report.action_id))
+                " WHERE replay_id = ? AND action_id = ? AND state = 'finished'",
+                (data, report.attempt_id, report.replay_id, report.action_id))
             if cur.rowcount != 1:
-                raise KeyError(f"action {report.action_id!r} is not finished in the ledger")
+                raise KeyError(f"action {report.action_id!r} of replay {report.replay_id!r}"
+                               " is not finished in the ledger")
         return data
 
-    def acked(self, action_id: str, attempt_id: str, now: float | None = None) -> bool:
+    def acked(self, replay_id: str, action_id: str, attempt_id: str,
+              now: float | None = None) -> bool:
         """The dispatcher recorded the report for ``attempt_id``: empty the outbox.
 
         False (and nothing changes) when the outbox holds another attempt's report.
@@ -213,13 +241,16 @@ class Ledger:
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE actions SET outbox = NULL, acked_at = ?"
-                " WHERE action_id = ? AND outbox_attempt = ? AND outbox IS NOT NULL",
-                (now, action_id, attempt_id))
+                " WHERE replay_id = ? AND action_id = ? AND outbox_attempt = ?"
+                " AND outbox IS NOT NULL",
+                (now, replay_id, action_id, attempt_id))
             return cur.rowcount == 1
 
-    def lookup(self, action_id: str) -> LedgerEntry | None:
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM actions WHERE action_id = ?",
-                               (action_id,)).fetchone()
+    def lookup(self, replay_id: str, action_id: str) -> LedgerEntry | None:
+        """The row of ``action_id`` in ``replay_id``, if the ledger holds it."""
+        row = self._db.execute(
+            f"SELECT {_COLUMNS} FROM actions WHERE replay_id = ? AND action_id = ?",
+            (replay_id, action_id)).fetchone()
         return None if row is None else LedgerEntry(*row)
 
     def unfinished(self) -> list[LedgerEntry]:
@@ -243,6 +274,30 @@ class Ledger:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+
+def _check_schema(db: sqlite3.Connection, path: Path) -> None:
+    """Create the schema in a new (empty) file, or check an existing file's version."""
+    db.execute("BEGIN IMMEDIATE")  # a new file is created and versioned in one commit
+    try:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        (tables,) = db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        if version == 0 and tables == 0:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version != SCHEMA_VERSION:
+            found = "an unversioned (version 1)" if version == 0 else f"a version {version}"
+            raise LedgerVersionError(
+                f"{path} is {found} ledger, this agent reads version {SCHEMA_VERSION} only"
+                " (keyed by replay and action): let the agent that wrote it finish its"
+                " reports, or move the file away to start afresh (its actions could then"
+                " run twice)")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 def _lock(path: Path) -> int:

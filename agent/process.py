@@ -2,11 +2,13 @@
 
 Life of an action here (spec/03 §3, DESIGN §4):
 
-1. A :class:`DispatchAction` arrives. The ledger decides: new → mark it *started* on disk,
-   hand it to the execution thread, reply :class:`ActionReceived`; already finished → no
-   execution, the original report goes out again re-addressed to this attempt
-   (``already_executed``); being executed right now → ignored, its report will come (and is
-   re-addressed to the newest attempt seen meanwhile).
+1. A :class:`DispatchAction` arrives. The ledger, keyed by ``(replay_id, action_id)``,
+   decides: new → mark it *started* on disk, hand it to the execution thread, reply
+   :class:`ActionReceived`; already finished → no execution, the original report goes out
+   again re-addressed to this attempt (``already_executed``); being executed right now →
+   ignored, its report will come (and is re-addressed to the newest attempt seen meanwhile).
+   Action ids are stable per workflow step: the same step in another replay is another
+   action, executed again.
 2. The execution thread runs the executor (one action at a time, C2) while the main loop
    keeps heartbeating the broker and the supervisor (C3). Any exception becomes a failed
    outcome: a received action is always reported (C1).
@@ -37,7 +39,14 @@ from loguru import logger
 
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
-from agent.ledger import Ledger, LedgerConflict, LedgerEntry, LedgerLocked, decode_report
+from agent.ledger import (
+    Ledger,
+    LedgerConflict,
+    LedgerEntry,
+    LedgerLocked,
+    LedgerVersionError,
+    decode_report,
+)
 from agent.reports import Retrying, build_report, indeterminate_report, readdress
 from broker.client import Client
 from broker.config import Settings
@@ -62,6 +71,12 @@ class AgentError(RuntimeError):
 
 
 _Done = tuple[DispatchAction, ActionOutcome, float]
+_Key = tuple[str, str]
+"""``(replay_id, action_id)``: what identifies an action to the agent and its ledger."""
+
+
+def _key(dispatch: DispatchAction) -> _Key:
+    return dispatch.replay_id, dispatch.action.action_id
 
 
 class Agent:
@@ -91,7 +106,7 @@ class Agent:
         self._grace_until = 0.0
         self._current: DispatchAction | None = None
         self._queued: deque[DispatchAction] = deque()
-        self._newer: dict[str, DispatchAction] = {}  # re-deliveries seen while in progress
+        self._newer: dict[_Key, DispatchAction] = {}  # re-deliveries seen while in progress
         self._jobs: queue.Queue[DispatchAction | None] = queue.Queue()
         self._done: queue.Queue[_Done] = queue.Queue()
         self._wake_r, self._wake_w = os.pipe()
@@ -156,17 +171,19 @@ class Agent:
                               message=f"this is agent {self.machine_id!r}, "
                                       f"not {dispatch.machine_id!r}")
         received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id)
+        key = _key(dispatch)
         in_progress = [d for d in (self._current, *self._queued)
-                       if d is not None and d.action.action_id == action_id]
+                       if d is not None and _key(d) == key]
         if in_progress:
             # Executing (or about to): its report will come. Remember the newest attempt so
             # that report is re-addressed to it rather than land as stale.
-            logger.warning("{} re-delivered (attempt {}) while in progress: not executed again",
-                           action_id, dispatch.attempt_id)
+            logger.warning("{} re-delivered (attempt {}, replay {}) while in progress: not"
+                           " executed again", action_id, dispatch.attempt_id,
+                           dispatch.replay_id)
             if dispatch.attempt_id != in_progress[0].attempt_id:
-                self._newer[action_id] = dispatch
+                self._newer[key] = dispatch
             return received
-        entry = self.ledger.lookup(action_id)
+        entry = self.ledger.lookup(*key)
         if entry is not None:
             if not entry.finished:  # started by an earlier process: only at startup normally
                 entry = self._recover(entry)
@@ -185,7 +202,8 @@ class Agent:
         return received
 
     def _answer_again(self, entry: LedgerEntry, dispatch: DispatchAction) -> None:
-        """A re-delivered finished action: its original report, re-addressed (cases g, k)."""
+        """A re-delivered finished action (same replay, same action id): its original report,
+        re-addressed (cases g, k)."""
         action_id = entry.action_id
         if entry.outbox is not None and entry.outbox_attempt == dispatch.attempt_id:
             logger.info("{} attempt {} re-delivered: its report is on its way", action_id,
@@ -209,8 +227,9 @@ class Agent:
         try:
             self.ledger.begin(dispatch)  # durable before any input (D5)
         except LedgerConflict:
-            logger.error("{} is already in the ledger; answering from it", action_id)
-            entry = self.ledger.lookup(action_id)
+            logger.error("{} (replay {}) is already in the ledger; answering from it",
+                         action_id, dispatch.replay_id)
+            entry = self.ledger.lookup(*_key(dispatch))
             if entry is not None:
                 self._answer_again(entry if entry.finished else self._recover(entry), dispatch)
             self._start_next()
@@ -243,8 +262,8 @@ class Agent:
         logger.info("{} done: success={} error={} warning={}", action_id, report.success,
                     report.error, report.warning)
         try:
-            data = self.ledger.finish(action_id, report)
-            newer = self._newer.pop(action_id, None)
+            data = self.ledger.finish(dispatch.replay_id, action_id, report)
+            newer = self._newer.pop(_key(dispatch), None)
             if newer is not None:
                 report = readdress(report, newer)
                 data = self.ledger.queue_report(report)
@@ -258,7 +277,7 @@ class Agent:
 
     def _send_report(self, report: ActionReport, data: bytes) -> None:
         msg_id = decode(data, limit=len(data) + 1).id
-        action_id, attempt_id = report.action_id, report.attempt_id
+        replay_id, action_id, attempt_id = report.replay_id, report.action_id, report.attempt_id
 
         def on_reply(body: Message) -> bool:
             if isinstance(body, ReportAck) and (body.action_id, body.attempt_id) == (
@@ -266,7 +285,7 @@ class Agent:
                 logger.info("report {} attempt {} acked: {}", action_id, attempt_id,
                             body.status)
                 try:
-                    self.ledger.acked(action_id, attempt_id)
+                    self.ledger.acked(replay_id, action_id, attempt_id)
                 except sqlite3.Error:
                     logger.exception("recording the ack of {} failed", action_id)
                 return True
@@ -274,7 +293,10 @@ class Agent:
                            action_id, body)
             return False
 
-        self.outbox.send(f"report:{action_id}", DISPATCHER, report, msg_id, on_reply)
+        # One pending report per action of a replay: a newer attempt's report replaces an
+        # older one, another replay's report of the same step does not.
+        self.outbox.send(f"report:{replay_id}:{action_id}", DISPATCHER, report, msg_id,
+                         on_reply)
 
     def _hello(self) -> None:
         hello = AgentHello(machine_id=self.machine_id, instance_id=self.instance_id,
@@ -297,8 +319,8 @@ class Agent:
         logger.warning("{} ({}) was started but never finished before a restart: reporting"
                        " it indeterminate, a person must check", entry.action_id,
                        entry.action_type)
-        self.ledger.finish(entry.action_id, indeterminate_report(entry))
-        found = self.ledger.lookup(entry.action_id)
+        self.ledger.finish(entry.replay_id, entry.action_id, indeterminate_report(entry))
+        found = self.ledger.lookup(entry.replay_id, entry.action_id)
         assert found is not None  # just written
         return found
 
@@ -325,7 +347,7 @@ class Agent:
         """Serve until SIGTERM / SIGINT; 0 on a clean stop, 2 if the agent cannot start."""
         try:
             self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
-        except LedgerLocked as exc:
+        except (LedgerLocked, LedgerVersionError) as exc:
             logger.error("{}", exc)
             return 2
         except sqlite3.Error as exc:

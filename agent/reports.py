@@ -56,7 +56,8 @@ def indeterminate_report(entry: LedgerEntry) -> ActionReport:
 
 
 def readdress(report: ActionReport, dispatch: DispatchAction) -> ActionReport:
-    """``report`` answering a re-delivery ``dispatch`` of the same action (cases g, k).
+    """``report`` answering a re-delivery ``dispatch`` of the same action, i.e. the same
+    ``action_id`` in the same replay (cases g, k).
 
     It keeps the original outcome and gets warning ``already_executed``, except an
     indeterminate one: claiming it executed would be a guess.

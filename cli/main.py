@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from actors import ACTORS
 from broker.config import Settings, load_settings
@@ -29,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     ping.add_argument("services", nargs="*", help="default: the six actors")
     ping.add_argument("--json", action="store_true")
     ping.add_argument("--timeout", type=float, default=2.0, help="seconds per service")
+    demo = sub.add_parser("demo", help="run the example workflow end to end, here")
+    demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
     from cli import agent_cmd, replay_cmd, workflow_cmd
 
     agent_cmd.add_arguments(sub.add_parser("agent", help="run a workstation agent"))
@@ -83,6 +86,12 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     return run(settings, args)
 
 
+def _demo(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.demo import EXAMPLE, run
+
+    return run(settings, args.workflow or EXAMPLE)
+
+
 def _workflow(_settings: Settings, args: argparse.Namespace) -> int:
     from cli.workflow_cmd import run
 
@@ -91,7 +100,7 @@ def _workflow(_settings: Settings, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
-    "agent": _agent, "replay": _replay, "workflow": _workflow,
+    "agent": _agent, "replay": _replay, "workflow": _workflow, "demo": _demo,
 }
 
 

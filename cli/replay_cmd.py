@@ -1,4 +1,4 @@
-"""``run.py replay start|status|resume|cancel``: control commands sent to the dispatcher."""
+"""``run.py replay start|status|pause|resume|cancel``: control commands sent to the dispatcher."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from broker.config import Settings
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
 from messages.replay import (
+    Ack,
     CancelReplay,
     GetReplayStatus,
+    PauseReplay,
     ReplayCancelled,
     ReplayResumed,
     ReplayStarted,
@@ -41,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="follow progress; exit 0 completed, 3 paused, 4 failed/cancelled")
     status = sub.add_parser("status", help="show one replay, or all of them")
     status.add_argument("replay_id", nargs="?")
+    pause = sub.add_parser("pause", help="pause a running replay before its next step "
+                           "(the step in flight finishes)")
+    pause.add_argument("replay_id")
+    pause.add_argument("--operator")
+    pause.add_argument("--message", help="shown to the supervisor (default: who paused)")
     resume = sub.add_parser("resume", help="resume a paused replay")
     resume.add_argument("replay_id")
     resume.add_argument("--ack", action="append", default=[], metavar="CHECK_ID",
@@ -49,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cancel = sub.add_parser("cancel", help="cancel a replay")
     cancel.add_argument("replay_id")
     cancel.add_argument("--operator")
-    for p in (start, status, resume, cancel):
+    for p in (start, status, pause, resume, cancel):
         p.add_argument("--json", action="store_true", help="JSON output for scripts")
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")
 
@@ -140,6 +147,16 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
         assert isinstance(status, ReplayStatusReply)
         text = "\n".join(describe(s) for s in status.replays) or "no replays"
         _emit(status, args.json, text)
+        return 0
+    if command == "pause":
+        paused = client.call("dispatcher", PauseReplay(
+            replay_id=args.replay_id, operator=args.operator, message=args.message),
+            timeout_s=timeout).body
+        assert isinstance(paused, Ack)
+        inflight = paused.detail.get("inflight_action_id")
+        _emit(paused, args.json, f"paused {args.replay_id}: nothing further is dispatched"
+              + (f"; step {inflight} in flight finishes and is recorded" if inflight else "")
+              + f"\n  resume with: python run.py replay resume {args.replay_id}")
         return 0
     if command == "resume":
         resumed = client.call("dispatcher", ResumeReplay(

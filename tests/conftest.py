@@ -69,7 +69,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         log = tmp_path / f"{name}-{len(procs)}.log"
         out = open(log, "wb")  # noqa: SIM115 - closed with the process
         stdout = kwargs.pop("stdout", out)
-        proc = subprocess.Popen(
+        proc: subprocess.Popen[bytes] = subprocess.Popen(
             argv, env=env, stdout=stdout, stderr=out if stdout is not out else subprocess.STDOUT,
             cwd=ROOT, start_new_session=True, **kwargs,  # type: ignore[call-overload]
         )

@@ -141,9 +141,10 @@ class System:
         os.kill(self.agent.pid, sig)
         return self.agent.wait(20)
 
-    def dispatch(self, action: dict[str, Any], attempt_id: str | None = None) -> Message:
+    def dispatch(self, action: dict[str, Any], attempt_id: str | None = None,
+                 replay_id: str = "replay_1") -> Message:
         d = DispatchAction(
-            replay_id="replay_1", session_id="sess_1", machine_id=MACHINE,
+            replay_id=replay_id, session_id="sess_1", machine_id=MACHINE,
             attempt_id=attempt_id or f"att_{next(self.attempts)}",
             dispatch_meta=DispatchMeta(first_dispatched_at=time.time()),
             action=Action.model_validate(action))
@@ -203,6 +204,55 @@ def test_executes_reports_and_answers_a_redelivery_from_the_ledger(system: Syste
     time.sleep(0.5)
     assert len(system.effects("step_1")) == 1
     assert len(system.dispatcher.reports("step_1")) == 2  # acked: no re-sends
+
+
+def test_the_same_step_in_another_replay_is_executed_again(system: System) -> None:
+    # Action ids are stable per workflow step: replaying the workflow again on the same
+    # machine sends the same action_id under a new replay_id, a new action to execute.
+    system.start_agent()
+    assert isinstance(system.dispatch(click("step_1"), "att_a", "replay_1"), ActionReceived)
+    wait_until(lambda: system.dispatcher.reports("step_1", "att_a"))
+    assert len(system.effects("step_1")) == 1
+
+    assert isinstance(system.dispatch(click("step_1"), "att_b", "replay_2"), ActionReceived)
+    wait_until(lambda: system.dispatcher.reports("step_1", "att_b"))
+    second = only(system.dispatcher.reports("step_1", "att_b"))
+    assert (second.replay_id, second.success, second.error, second.warning) == (
+        "replay_2", True, None, None)
+    assert [e["attempt_id"] for e in system.effects("step_1")] == ["att_a", "att_b"]
+
+    # A re-delivery within a replay is still answered from the ledger, for either replay,
+    # and across a restart of the agent.
+    assert isinstance(system.dispatch(click("step_1"), "att_c", "replay_2"), ActionReceived)
+    wait_until(lambda: system.dispatcher.reports("step_1", "att_c"))
+    again = only(system.dispatcher.reports("step_1", "att_c"))
+    assert (again.replay_id, again.success, again.warning) == (
+        "replay_2", True, "already_executed")
+    system.kill_agent(signal.SIGTERM)
+    system.start_agent()
+    assert isinstance(system.dispatch(click("step_1"), "att_d", "replay_1"), ActionReceived)
+    wait_until(lambda: system.dispatcher.reports("step_1", "att_d"))
+    again = only(system.dispatcher.reports("step_1", "att_d"))
+    assert (again.replay_id, again.success, again.warning) == (
+        "replay_1", True, "already_executed")
+    time.sleep(0.5)
+    assert [e["attempt_id"] for e in system.effects("step_1")] == ["att_a", "att_b"]
+    # Every report acked once: no re-sends.
+    assert len(system.dispatcher.reports("step_1")) == 4
+
+
+def test_another_replay_of_a_step_in_progress_is_queued_not_merged(system: System) -> None:
+    system.start_agent({"actions": {"slow": {"delay_s": 1}}})
+    assert isinstance(system.dispatch(click("slow"), "att_1", "replay_1"), ActionReceived)
+    assert isinstance(system.dispatch(click("slow"), "att_2", "replay_2"), ActionReceived)
+    wait_until(lambda: len(system.dispatcher.reports("slow")) >= 2, timeout=20)
+    time.sleep(0.5)
+    # Each replay's action executed once and reported to its own attempt.
+    first = only(system.dispatcher.reports("slow", "att_1"))
+    second = only(system.dispatcher.reports("slow", "att_2"))
+    assert (first.replay_id, first.success, first.warning) == ("replay_1", True, None)
+    assert (second.replay_id, second.success, second.warning) == ("replay_2", True, None)
+    assert [e["attempt_id"] for e in system.effects("slow")] == ["att_1", "att_2"]
 
 
 def test_redelivery_while_executing_is_not_executed_again(system: System) -> None:

@@ -1,0 +1,181 @@
+"""A whole system for integration tests: `python run.py` (broker + six actors under the
+supervisor), simulated agents as separate processes, and a control client.
+
+Everything is a real process; tests kill, freeze and restart them with real signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actors import ACTORS
+from agent.effects import read_effects
+from broker.client import CallFailed, SyncClient
+from messages import Pong
+from messages.base import Message
+from messages.control import Ping
+from messages.dispatch import InFlightList, ListInFlight
+from messages.replay import (
+    GetReplayStatus,
+    Mode,
+    ReplayStarted,
+    ReplayStatusReply,
+    ReplaySummary,
+    StartReplay,
+)
+from messages.workflow import Workflow
+from tests.conftest import Spawn, python_argv, wait_until
+
+# Fast watchdog for tests: scan twice a second, orphan after 3 s.
+FAST_WATCHDOG = {
+    "RPA_WATCHDOG_SCAN_INTERVAL_S": "0.5",
+    "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "3",
+}
+
+
+def workflow(*actions: dict[str, Any], workflow_id: str = "wf") -> Workflow:
+    """A workflow from action dicts; ``action_id`` defaults to ``s<i>``."""
+    return Workflow.model_validate({
+        "workflow_id": workflow_id,
+        "actions": [{"action_id": f"s{i}", **a} for i, a in enumerate(actions)],
+    })
+
+
+def clicks(n: int, **extra: Any) -> list[dict[str, Any]]:
+    return [{"type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}, **extra}
+            for _ in range(n)]
+
+
+class Agent:
+    """One simulated agent process (``python -m agent``), restartable on the same data dir."""
+
+    def __init__(self, system: System, machine_id: str, scenario: dict[str, Any] | None,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.system = system
+        self.machine_id = machine_id
+        base = system.tmp / f"agent-{machine_id}"
+        base.mkdir(parents=True, exist_ok=True)
+        self.data_dir = base / "data"
+        self.effects_path = base / "effects.jsonl"
+        self.scenario_path: Path | None = None
+        if scenario is not None:
+            self.scenario_path = base / "scenario.json"
+            self.scenario_path.write_text(json.dumps(scenario))
+        self.env = dict(system.env, **(extra_env or {}))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        argv = ["-m", "agent", "--machine-id", self.machine_id, "--data-dir",
+                str(self.data_dir), "--effects-log", str(self.effects_path)]
+        if self.scenario_path is not None:
+            argv += ["--scenario", str(self.scenario_path)]
+        self.proc = self.system.spawn(python_argv(*argv), env=self.env,
+                                      name=f"agent-{self.machine_id}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def effects(self) -> list[dict[str, Any]]:
+        """Every input the agent performed (one JSON line each, fsynced)."""
+        return read_effects(self.effects_path) if self.effects_path.exists() else []
+
+    def executed(self, action_id: str) -> int:
+        return sum(1 for e in self.effects() if e["action_id"] == action_id)
+
+
+class System:
+    """The tree plus agents; ``call`` talks to any service through the broker."""
+
+    def __init__(self, spawn: Spawn, env: dict[str, str], tmp: Path,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.spawn = spawn
+        self.tmp = tmp
+        self.env = dict(env, **FAST_WATCHDOG, LEA_RESTART_INTENSITY="50",
+                        **(extra_env or {}))
+        self.tree = spawn(python_argv("run.py"), env=self.env, name="tree")
+        self.client = SyncClient(self.env["LEA_MDP_ENDPOINT"])
+        wait_until(lambda: all(self.pid(name) for name in ACTORS), timeout=30)
+
+    # Processes -------------------------------------------------------------------------------
+
+    def pid(self, service: str) -> int | None:
+        try:
+            reply = self.client.call(service, Ping(), timeout_s=0.5, retries=0)
+        except CallFailed:
+            return None
+        return reply.body.pid if isinstance(reply.body, Pong) else None
+
+    def child_pid(self, name: str) -> int:
+        """The pid of the supervisor's child ``name`` (``broker`` or an actor)."""
+        wanted = [b"-m", b"broker"] if name == "broker" else [b"-m", b"actors", name.encode()]
+        path = Path(f"/proc/{self.tree.pid}/task/{self.tree.pid}/children")
+        for pid in path.read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if argv[1:1 + len(wanted)] == wanted:
+                return int(pid)
+        raise LookupError(name)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to a child of the tree; returns its pid."""
+        pid = self.child_pid(name)
+        os.kill(pid, sig)
+        return pid
+
+    def agent(self, machine_id: str, scenario: dict[str, Any] | None = None,
+              extra_env: dict[str, str] | None = None) -> Agent:
+        return Agent(self, machine_id, scenario, extra_env)
+
+    # Control ---------------------------------------------------------------------------------
+
+    def call(self, service: str, message: Message, timeout_s: float = 5.0) -> Message:
+        return self.client.call(service, message, timeout_s=timeout_s).body
+
+    def start(self, wf: Workflow, machine_id: str, mode: Mode = "supervised",
+              session_id: str | None = None) -> str:
+        reply = self.call("dispatcher", StartReplay(workflow=wf, machine_id=machine_id,
+                                                    mode=mode,
+                                                    session_id=session_id))
+        assert isinstance(reply, ReplayStarted), reply
+        return reply.replay_id
+
+    def status(self, replay_id: str) -> ReplaySummary:
+        reply = self.call("dispatcher", GetReplayStatus(replay_id=replay_id))
+        assert isinstance(reply, ReplayStatusReply), reply
+        return reply.replays[0]
+
+    def wait_status(self, replay_id: str, *statuses: str, timeout: float = 60.0,
+                    where: Callable[[ReplaySummary], bool] | None = None) -> ReplaySummary:
+        """Wait until the replay is in one of ``statuses`` (and ``where`` holds)."""
+        def reached() -> ReplaySummary | None:
+            try:
+                s = self.status(replay_id)
+            except CallFailed:
+                return None  # the dispatcher may be restarting
+            ok = s.status in statuses and (where is None or where(s))
+            return s if ok else None
+
+        result = wait_until(reached, timeout=timeout)
+        assert isinstance(result, ReplaySummary)
+        return result
+
+    def inflight(self) -> InFlightList:
+        reply = self.call("dispatcher", ListInFlight())
+        assert isinstance(reply, InFlightList)
+        return reply

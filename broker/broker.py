@@ -1,0 +1,264 @@
+"""The broker process: MDP/0.2 on a ROUTER, the bus proxy, socket monitors, one poll loop.
+
+Single-threaded on purpose: all state (services, workers, queues) is touched by the loop
+only, so nothing needs a lock. See :mod:`broker.majordomo` for the protocol itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import zmq
+from loguru import logger
+
+from broker.bus_proxy import BATCH, BusProxy, RateLimit
+from broker.config import Settings, load_settings
+from broker.frames import poll_items, recv_frames, zmq_poll
+from broker.majordomo import Majordomo
+from broker.monitor import SocketMonitor
+from messages.events import BAD_MESSAGE
+from supervision.liveness import BEAT_INTERVAL_S, Beacon
+
+HWM = 100_000
+BAD_EVENTS_PER_S = 50.0
+PEER_EVENTS_PER_S = 200.0
+SUMMARY_EVERY_S = 10.0
+BENIGN = {"undeliverable", "requests_requeued"}  # counters that are no one's fault
+BIND_ATTEMPTS = 40  # ~9 s: a restarted broker can race its predecessor's port release
+
+
+class Broker:
+    """``Broker(settings).run()`` serves until SIGTERM / SIGINT (or :meth:`stop`), returns 0."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
+        # Frames may carry a whole max-size body plus MDP framing.
+        self.bus = BusProxy(self.ctx, settings.max_message_bytes + 64 * 1024)
+        self.mdp = Majordomo(self.router, settings, self._bad)
+        self._router_waiting = poll_items(self.router)
+        self.monitors: list[SocketMonitor] = []
+        self.bad = 0
+        self.errors = 0
+        self._reported: dict[str, int] = {}
+        self._stopping = False
+        self._signal = ""
+        self._bad_limit = RateLimit(BAD_EVENTS_PER_S)
+        self._peer_limit = RateLimit(PEER_EVENTS_PER_S)
+        self._error_log_limit = RateLimit(5.0)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        r = self.router
+        # Options before bind: set after it they do not apply to the listener.
+        r.setsockopt(zmq.LINGER, 0)
+        r.setsockopt(zmq.ROUTER_MANDATORY, 1)  # EHOSTUNREACH instead of silent drops
+        r.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting identity is not black-holed
+        r.setsockopt(zmq.SNDHWM, HWM)
+        r.setsockopt(zmq.RCVHWM, HWM)
+        r.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes + 64 * 1024)
+        self.monitors = [SocketMonitor(r, "mdp"), SocketMonitor(self.bus.xsub, "bus_in")]
+        _bind(r, self.settings.mdp_endpoint)
+        _bind(self.bus.xsub, self.settings.bus_in_endpoint)
+        _bind(self.bus.xpub, self.settings.bus_out_endpoint)
+
+    def stop(self) -> None:
+        """Ask the loop to exit (safe from a signal handler or another thread)."""
+        self._stopping = True
+        with contextlib.suppress(OSError):  # full buffer: a wake-up is already pending
+            self._wake_w.send(b"\0")
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        # No logging here: the signal may interrupt the loop inside a logger call.
+        self._signal = signal.Signals(signum).name
+        self.stop()
+
+    def run(self) -> int:
+        """Serve until stopped; 0 on a clean stop."""
+        in_main = threading.current_thread() is threading.main_thread()
+        if in_main:
+            # The wake-up fd makes the poll return at once; the handler alone would run only
+            # when Python retries the interrupted poll (PEP 475), after the rest of its timeout.
+            old_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+            old_term = signal.signal(signal.SIGTERM, self._on_signal)
+            old_int = signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            self._open()
+            logger.info("broker: MDP/0.2 on {}, bus in {}, bus out {}",
+                        self.settings.mdp_endpoint, self.settings.bus_in_endpoint,
+                        self.settings.bus_out_endpoint)
+            self._loop()
+            logger.info("broker: stopping ({})", self._signal or "stop()")
+        finally:
+            try:
+                self._close()
+            finally:
+                if in_main:  # before the wake-up fd is closed: it must not outlive it
+                    signal.set_wakeup_fd(old_fd)
+                    signal.signal(signal.SIGTERM, old_term)
+                    signal.signal(signal.SIGINT, old_int)
+                self._wake_r.close()
+                self._wake_w.close()
+        logger.info("broker: stopped")
+        return 0
+
+    def _loop(self) -> None:
+        # select.poll on the sockets' ZMQ_FDs rather than zmq_poll: zmq_poll checks ZMQ_EVENTS
+        # of every socket on every pass (a syscall each here), which cost more than the MDP
+        # work per message. ZMQ_FD only says "look at ZMQ_EVENTS": a handler drains its socket
+        # until it reports no input, and a socket we sent on since may hold input the fd no
+        # longer shows, so it is checked again on the next pass ("pending").
+        handlers: dict[int, Callable[[], bool]] = {
+            self.router.FD: self._drain_router,
+            self.bus.xsub.FD: self.bus.forward_messages,
+            self.bus.xpub.FD: self.bus.forward_subscriptions,
+            self._wake_r.fileno(): self._drain_wake,
+        }
+        for mon in self.monitors:
+            handlers[mon.socket.FD] = self._monitor_handler(mon)
+        poller = select.poll()
+        for fd in handlers:
+            poller.register(fd, select.POLLIN)
+        router_fd, bus_fds = self.router.FD, (self.bus.xsub.FD, self.bus.xpub.FD)
+        poll, monotonic, beat = poller.poll, time.monotonic, Beacon.from_env().beat
+        mdp, bus = self.mdp, self.bus
+        interval = self.settings.heartbeat_interval_s
+        next_tick = monotonic() + interval
+        next_summary = monotonic() + SUMMARY_EVERY_S
+        pending: set[int] = set(handlers)
+        while not self._stopping:
+            if pending:
+                wait_ms = 0
+            else:  # the next heartbeat, and often enough for the supervisor's beacon
+                wait_ms = max(0, int(min(next_tick - monotonic(), BEAT_INTERVAL_S) * 1000) + 1)
+            ready = poll(wait_ms)
+            mdp.now = now = monotonic()
+            beat()
+            todo, pending = pending, set()
+            for fd, _ in ready:
+                if handlers[fd]():
+                    pending.add(fd)
+            for fd in todo:
+                if handlers[fd]():
+                    pending.add(fd)
+            if now >= next_tick:
+                mdp.tick(now)
+                pending.add(router_fd)  # it sent heartbeats
+                next_tick += interval
+                if next_tick <= now:  # fell behind (a long batch): no burst of catch-up ticks
+                    next_tick = now + interval
+                if now >= next_summary:
+                    self._summary()
+                    next_summary = now + SUMMARY_EVERY_S
+            if bus.touched:
+                bus.touched = False
+                pending.update(bus_fds)
+
+    def _close(self) -> None:
+        self.mdp.disconnect_all()
+        for mon in self.monitors:  # disabled before any socket closes (it hung libzmq)
+            mon.close()
+        # A short linger only to get those DISCONNECTs out; nothing else is worth waiting for.
+        self.router.setsockopt(zmq.LINGER, 200 if self.mdp.workers else 0)
+        self.router.close()
+        self.bus.close()
+        self.ctx.term()
+
+    def _drain_wake(self) -> bool:
+        with contextlib.suppress(OSError):
+            while self._wake_r.recv(512):
+                pass
+        return False
+
+    def _monitor_handler(self, mon: SocketMonitor) -> Callable[[], bool]:
+        def drain() -> bool:
+            events, more = mon.drain()
+            for topic, data in events:
+                self.bus.publish(topic, data, self._peer_limit, self.mdp.now)
+            return more
+        return drain
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _drain_router(self) -> bool:
+        """Handle what the ROUTER holds, up to BATCH messages; True if it may hold more."""
+        router, handle, waiting = self.router, self.mdp.handle, self._router_waiting
+        for _ in range(BATCH):
+            try:
+                frames = recv_frames(router)
+            except zmq.Again:
+                return False
+            try:
+                handle(frames)
+            except Exception:
+                # Input must never kill the broker: count, log (rate-limited), carry on.
+                self.errors += 1
+                if self._error_log_limit.allow(self.mdp.now):
+                    logger.exception("broker: failed handling a message of {} frames",
+                                     len(frames))
+            # Cheaper than the zmq.Again that one recv too many would raise.
+            if not zmq_poll(waiting, 0):
+                return False
+        return True
+
+    def _bad(self, frames: list[bytes], reason: str) -> None:
+        """Drop ``frames`` and report them on the bus (rate-limited, with a suppressed count)."""
+        self.bad += 1
+        self.bus.publish(BAD_MESSAGE, lambda: {
+            "reason": reason,
+            "peer": frames[0].hex(),
+            "frames": len(frames) - 1,
+            "head": [f[:32].hex() for f in frames[1:5]],
+        }, self._bad_limit, self.mdp.now)
+
+    def _summary(self) -> None:
+        """One line per window with what changed: a warning if input was rejected or peers
+        misbehaved, debug if only ordinary things happened (a client left, a worker died)."""
+        stats = {**self.mdp.stats, "bad_input": self.bad, "handler_errors": self.errors}
+        changed = {k: v - self._reported.get(k, 0) for k, v in stats.items()
+                   if v != self._reported.get(k, 0)}
+        self._reported = stats
+        if changed:
+            level = "WARNING" if changed.keys() - BENIGN else "DEBUG"
+            logger.log(level, "broker: last {}s: {}", SUMMARY_EVERY_S,
+                       ", ".join(f"{k} +{v}" for k, v in sorted(changed.items())))
+
+
+def _bind(sock: zmq.Socket[bytes], endpoint: str) -> None:
+    delay = 0.05
+    for attempt in range(BIND_ATTEMPTS):
+        try:
+            sock.bind(endpoint)
+            return
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE or attempt == BIND_ATTEMPTS - 1:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+
+def main() -> int:
+    """``python -m broker``: settings from ``LEA_*`` (and ``LEA_CONFIG``); exit status."""
+    settings = load_settings()
+    logger.remove()
+    logger.add(sys.stderr, level=settings.log_level,
+               format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} broker[{process}] {message}")
+    try:
+        return Broker(settings).run()
+    except zmq.ZMQError as exc:
+        logger.error("broker: cannot start: {}", exc)
+        return 1

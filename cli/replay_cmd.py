@@ -68,7 +68,9 @@ def describe(summary: ReplaySummary) -> str:
         f"  workflow {summary.workflow_id} on {summary.machine_id} "
         f"(session {summary.session_id}, {summary.mode})",
         f"  progress {summary.completed_actions}/{summary.total}"
-        + (f", current step {summary.current_action_id}" if summary.current_action_id else ""),
+        + (f", current step {summary.current_action_id}" if summary.current_action_id else "")
+        + (f", {summary.queue_length} queued"
+           if summary.status in ("running", "paused_need_help") else ""),
     ]
     if summary.status == "paused_need_help":
         lines.append(f"  paused: {summary.pause_reason}")

@@ -108,6 +108,16 @@ class Untrack(Message, type_name="watchdog.untrack"):
     attempt_id: str
 
 
+class TrackBatch(Message, type_name="watchdog.track_batch"):
+    """Dispatcher → watchdog: Track and Untrack in the order decided, a few times a second.
+
+    One request for many steps instead of two round trips per step (bench/turnaround.py):
+    the watchdog's timers run for tens of seconds, a tenth of a second late changes nothing.
+    """
+
+    updates: list[Track | Untrack]
+
+
 class ListInFlight(Message, type_name="dispatcher.list_inflight"):
     """Watchdog → dispatcher after a restart: every action in flight."""
 

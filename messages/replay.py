@@ -1,4 +1,4 @@
-"""Control conversation: people and tools ↔ dispatcher (start, status, resume, cancel)."""
+"""Control conversation: people and tools ↔ dispatcher (start, status, pause, resume, cancel)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ class ReplaySummary(Message):
     total: int
     completed_actions: int
     current_action_id: str | None = None
+    queue_length: int = 0  # actions waiting to be dispatched; the one in flight is not one (I1)
+    queue_head: list[str] = Field(default_factory=list)  # the next few of them, in order
     pause_reason: str | None = None
     pause_message: str | None = None
     safety_checks: list[SafetyCheck] = Field(default_factory=list)
@@ -75,6 +77,15 @@ class ReplayResumed(Message, type_name="replay.resumed"):
     replay_id: str
     session_id: str
     remaining_actions: int
+
+
+class PauseReplay(Message, type_name="replay.pause"):
+    """An operator pause (D8): the action in flight finishes and its report is applied;
+    nothing further is dispatched until a resume. Answered by :class:`Ack` ``paused``."""
+
+    replay_id: str
+    operator: str | None = Field(None, max_length=128)
+    message: str | None = Field(None, max_length=2000)
 
 
 class CancelReplay(Message, type_name="replay.cancel"):

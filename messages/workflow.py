@@ -83,9 +83,11 @@ class Workflow(_Strict):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Workflow:
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         for i, action in enumerate(self.actions):
             if action.action_id in seen:
-                raise ValueError(f"actions.{i}.action_id {action.action_id!r} is not unique")
-            seen.add(action.action_id)
+                # Same notation as the field errors (cli/workflow_cmd.describe): actions[i].
+                raise ValueError(f"actions[{i}].action_id {action.action_id!r} is not unique"
+                                 f" (also actions[{seen[action.action_id]}])")
+            seen[action.action_id] = i
         return self

@@ -26,6 +26,8 @@ Decisions (see also DESIGN.md §4):
 
 from __future__ import annotations
 
+from typing import Any
+
 from actors.dispatcher import rules
 from actors.dispatcher.effects import (
     Decision,
@@ -181,9 +183,11 @@ class DispatcherCore(Engine):
         return tx.done(ReplayCancelled(replay_id=r.replay_id, session_id=r.session_id))
 
     def pause(self, replay_id: str, reason: str, message: str, now: float,
-              safety_checks: list[SafetyCheck] | None = None) -> Decision:
+              safety_checks: list[SafetyCheck] | None = None,
+              detail: dict[str, Any] | None = None) -> Decision:
         """Pause a running replay from outside (loop detector, operator); D8: the action in
-        flight, if any, is not cancelled, its report is applied, nothing new is dispatched."""
+        flight, if any, is not cancelled, its report is applied, nothing new is dispatched.
+        ``detail`` (who asked, ...) goes to the pause, its event and its audit record."""
         r = self.replays.get(replay_id)
         if r is None:
             return Decision(_not_found(replay_id))
@@ -191,9 +195,11 @@ class DispatcherCore(Engine):
             return Decision(ErrorReply(code="not_running", message=(
                 f"replay {replay_id} is {r.status}"), detail={"status": r.status}))
         tx = Tx(now)
-        self._pause(r, tx, rules.PauseCause(reason, message, {}), None,
+        self._pause(r, tx, rules.PauseCause(reason, message, dict(detail or {})), None,
                     checks=safety_checks or [])
-        return tx.done(Ack(status="paused", detail={"replay_id": replay_id}))
+        inflight = r.inflight.action.action_id if r.inflight is not None else None
+        return tx.done(Ack(status="paused", detail={"replay_id": replay_id,
+                                                    "inflight_action_id": inflight}))
 
     # Agent --------------------------------------------------------------------------------
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from loguru import logger
 
 from actors.base import Actor, Incoming
+from actors.dispatcher import rules
 from actors.dispatcher.core import DispatcherCore
 from actors.dispatcher.effects import (
     AuditRecord,
@@ -31,7 +33,7 @@ from actors.dispatcher.store import DispatcherStore
 from broker.client import CallFailed
 from broker.config import Settings
 from messages.base import Message
-from messages.codec import Envelope
+from messages.codec import Envelope, decode, encode
 from messages.dispatch import (
     ActionReport,
     AgentHello,
@@ -39,13 +41,26 @@ from messages.dispatch import (
     OrphanGiveUp,
     OrphanResend,
     Track,
+    TrackBatch,
     Untrack,
 )
-from messages.replay import CancelReplay, GetReplayStatus, ResumeReplay, StartReplay
+from messages.replay import (
+    CancelReplay,
+    GetReplayStatus,
+    PauseReplay,
+    ResumeReplay,
+    StartReplay,
+)
+
+_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
 
 # Performed outbox rows are deleted in batches, in the next transaction or on a timer: a
 # crash before that only re-performs effects, which every receiver deduplicates.
 _FLUSH_SENT_S = 0.2
+# Track / Untrack go to the watchdog together in one TrackBatch this often, not as two round
+# trips per step (those were ~40% of the tree's CPU per step, bench/turnaround.py): its
+# timers run for tens of seconds. Their outbox rows are marked sent once the batch is sent.
+_WATCHDOG_BATCH_S = 0.1
 
 
 def _new_id() -> str:
@@ -63,10 +78,13 @@ class DispatcherActor(Actor):
         self.store = DispatcherStore.in_dir(settings.data_dir)
         self.core = DispatcherCore(config or DispatcherConfig(), _new_id, self.store.load())
         self._sent: list[int] = []
-        self.handle(StartReplay, lambda m, _r: self._apply(self.core.start(m, time.time())))
+        self._watchdog: list[Track | Untrack] = []
+        self._watchdog_rows: list[int] = []
+        self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
         self.handle(GetReplayStatus, lambda m, _r: self.core.status(m).reply)
-        self.handle(ResumeReplay, lambda m, _r: self._apply(self.core.resume(m, time.time())))
-        self.handle(CancelReplay, lambda m, _r: self._apply(self.core.cancel(m, time.time())))
+        self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
+        self.handle(PauseReplay, self._once(self.operator_pause))
+        self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
         self.handle(ActionReport, self.on_report)
         self.handle(AgentHello,
                     lambda m, _r: self._apply(self.core.agent_hello(m, time.time())))
@@ -76,14 +94,14 @@ class DispatcherActor(Actor):
         self.handle(OrphanGiveUp,
                     lambda m, _r: self._apply(self.core.orphan_giveup(m, time.time())))
         self.every(_FLUSH_SENT_S, lambda _now: self._flush_sent())
+        self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
 
     def on_start(self) -> None:
         pending = self.store.pending_outbox()
         if pending:
             logger.info("dispatcher: performing {} effect(s) left in the outbox", len(pending))
             for outbox_id, effect in pending:
-                self._perform(effect)
-                self._sent.append(outbox_id)
+                self._perform(outbox_id, effect)
         decision = self.core.recover(time.time())
         if decision.effects:
             logger.info("dispatcher: recovered, re-sending {} in-flight action(s)",
@@ -91,23 +109,66 @@ class DispatcherActor(Actor):
         self._apply(decision)
 
     def on_stop(self) -> None:
+        # A watchdog batch not sent yet keeps its outbox rows: performed again at the start.
         self._flush_sent()
         self.store.close()
 
+    def operator_pause(self, msg: PauseReplay) -> Decision:
+        """Operator pause (D8): from the next step; the action in flight is not cancelled."""
+        text = rules.operator_pause_message(msg.operator, msg.message)
+        return self.core.pause(msg.replay_id, rules.OPERATOR, text, time.time(),
+                               detail={"operator": msg.operator})
+
     def on_report(self, msg: ActionReport, _req: Incoming) -> Message:
         # The transport sender is not authenticated yet: the body's machine_id stands for it.
-        return self._apply(self.core.report(msg, msg.machine_id, time.time()))
+        decision = self.core.report(msg, msg.machine_id, time.time())
+        # The hot path: a report whose replays run on or complete is committed without an
+        # fsync (store.py says why that loses nothing); one that pauses a replay is durable.
+        replays = self.core.replays
+        settled = all(replays[i].status in ("running", "completed")
+                      for i in decision.changed if i in replays)
+        return self._apply(decision, durable=not settled)
 
     # The shell ------------------------------------------------------------------------------
 
-    def _apply(self, decision: Decision) -> Message:
-        """Commit, then perform; returns the reply. Nothing is sent before the commit."""
+    def _once(self, decide: Callable[[_C], Decision]) -> Callable[[_C, Incoming], Message]:
+        """A control request applied at most once per envelope id.
+
+        A client retries with the same envelope id (Lazy Pirate), and the broker keeps a
+        request queued while we are down: both copies may reach us, and a second StartReplay
+        would run the workflow twice (a second ResumeReplay could answer a newer pause
+        nobody has seen). The reply is committed with the decision; a copy gets it again.
+        """
+        def handler(msg: _C, req: Incoming) -> Message:
+            kind = type(msg).__name__
+            done = self.store.reply_for(req.id, kind)
+            if done is not None:
+                logger.warning("dispatcher: {} {} already applied: answering it again", kind,
+                               req.id)
+                return decode(done).body
+            return self._apply(decide(msg), (req.id, kind))
+
+        return handler
+
+    def _apply(self, decision: Decision, request: tuple[str, str] | None = None, *,
+               durable: bool = True) -> Message:
+        """Commit, then perform; returns the reply. Nothing is sent before the commit.
+
+        ``request`` ``(envelope id, kind)``: a control request, recorded with its reply.
+        ``durable=False``: no fsync for this commit (see store.py).
+        """
         if not decision.changed and not decision.effects:
             return decision.reply
-        written = self.store.commit_decision(self.core.replays, decision)
-        for outbox_id, effect in written:
-            self._perform(effect)
-            self._sent.append(outbox_id)
+        record = None if request is None else (*request, encode(decision.reply, request[0]))
+        # The rows performed since the last commit are deleted in this one: no transaction
+        # of their own while busy (the timer flushes them when idle).
+        written = self.store.commit_decision(self.core.replays, decision, record,
+                                             durable=durable, sent=self._sent)
+        self._sent = []
+        # Dispatches first (a stable sort): an agent is waiting for them, the bus and the
+        # bookkeeping are not.
+        for outbox_id, effect in sorted(written, key=lambda w: not isinstance(w[1], SendToAgent)):
+            self._perform(outbox_id, effect)
         return decision.reply
 
     def _flush_sent(self) -> None:
@@ -115,20 +176,29 @@ class DispatcherActor(Actor):
             sent, self._sent = self._sent, []
             self.store.mark_sent(sent)
 
-    def _perform(self, effect: Effect) -> None:
+    def _flush_watchdog(self) -> None:
+        if self._watchdog:
+            batch, self._watchdog = self._watchdog, []
+            self.call("watchdog", TrackBatch(updates=batch), _ignore, timeout_s=2.0,
+                      retries=2)
+            self._sent += self._watchdog_rows
+            self._watchdog_rows = []
+
+    def _perform(self, outbox_id: int, effect: Effect) -> None:
+        """Perform one committed effect; its outbox row goes once it is handed over."""
+        if isinstance(effect, TrackInFlight | UntrackInFlight):
+            self._watchdog.append(
+                Track(entry=effect.entry) if isinstance(effect, TrackInFlight)
+                else Untrack(action_id=effect.action_id, attempt_id=effect.attempt_id))
+            self._watchdog_rows.append(outbox_id)
+            return
+        self._sent.append(outbox_id)
         if isinstance(effect, SendToAgent):
             # No transport retry: a lost dispatch is the watchdog's and the hello's business,
             # and each resend must carry a new attempt_id (spec/03 §4.3).
             self.call(f"agent.{effect.machine_id}", effect.message,
                       _log_failure(effect.message.action.action_id), timeout_s=10.0,
                       retries=0)
-        elif isinstance(effect, TrackInFlight):
-            self.call("watchdog", Track(entry=effect.entry), _ignore, timeout_s=2.0,
-                      retries=2)
-        elif isinstance(effect, UntrackInFlight):
-            self.call("watchdog", Untrack(action_id=effect.action_id,
-                                          attempt_id=effect.attempt_id),
-                      _ignore, timeout_s=2.0, retries=2)
         elif isinstance(effect, PublishEvent):
             self.publish(effect.topic, **effect.data)
         elif isinstance(effect, NotifyAgentPaused | AuditRecord):

@@ -24,6 +24,7 @@ TARGET_NOT_FOUND = "target_not_found"
 ACTION_FAILED = "action_failed"
 ORPHAN_MAX_RESENDS = "orphan_max_resends"
 DEAD_CLIENT = "dead_client"
+OPERATOR = "operator"
 
 
 # Room left in an action id (128 chars max) for the suffixes the dispatcher adds.
@@ -54,8 +55,8 @@ def retry_id(action_id: str, n: int) -> str:
 def resume_id(action_id: str, n: int) -> str:
     """``{base}_resume`` for the first resume of a step, ``{base}_resume{n}`` after.
 
-    Numbered after the first so that every dispatched id stays unique within a replay:
-    the agent's ledger dedupes on action_id and would not execute a second ``_resume``.
+    Numbered after the first so that every dispatched id stays unique within a replay: the
+    agent's ledger dedupes on (replay_id, action_id) and would not run a second ``_resume``.
     """
     return f"{base_id(action_id)}_resume" + (str(n) if n > 1 else "")
 
@@ -129,6 +130,14 @@ def dead_client_pause(machine_id: str, count: int, period_s: float) -> PauseCaus
                       f"Léa ne répond plus sur le poste {machine_id} ({count} actions sans "
                       f"réponse en {period_s:g} s). Vérifiez le poste, puis reprenez.",
                       {"dead_count": count, "period_s": period_s})
+
+
+def operator_pause_message(operator: str | None, message: str | None) -> str:
+    """The text shown for an operator pause: theirs, or who paused."""
+    if message:
+        return message
+    who = f" par {operator}" if operator else ""
+    return f"Replay mis en pause{who}. L'action en cours se termine ; reprenez pour continuer."
 
 
 def human_pause(action: Action, checks: list[SafetyCheck]) -> PauseCause:

@@ -113,6 +113,11 @@ class ReplayState:
         rest = self.workflow.actions[self.cursor:]
         return [a.action_id for a in self.inserted] + [a.action_id for a in rest]
 
+    def queue_head(self, n: int = 10) -> list[str]:
+        """The ids of the next ``n`` queued actions (without building the whole queue)."""
+        rest = self.workflow.actions[self.cursor:self.cursor + n]
+        return [a.action_id for a in [*self.inserted[:n], *rest]][:n]
+
     def pop_head(self) -> Action | None:
         if self.inserted:
             return self.inserted.pop(0)
@@ -145,6 +150,7 @@ class ReplayState:
             workflow_id=self.workflow.workflow_id, mode=self.mode, status=self.status,
             index=self.index, total=self.total, completed_actions=self.completed_actions,
             current_action_id=self.inflight.action.action_id if self.inflight else None,
+            queue_length=self.queue_len(), queue_head=self.queue_head(),
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
             created_at=self.created_at, updated_at=self.updated_at)

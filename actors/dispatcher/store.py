@@ -1,11 +1,27 @@
 """SQLite persistence of the dispatcher's state, its outbox and its reports log (D1).
 
-Durability: WAL journal. ``synchronous=FULL`` by default: each commit is fsync'ed, so an
-accepted transition survives kill -9 *and* an OS crash or power cut. ``NORMAL`` also survives
-kill -9 (the WAL is in the OS page cache once COMMIT returns) but an OS crash may roll back
-the last transactions (the database stays consistent). Measured on the dev VM: NORMAL ~80 µs,
-FULL ~290 µs per transition commit; next to an action that takes seconds on the agent, FULL
-costs nothing that matters, and a rolled-back "report accepted" would re-send an executed action.
+Durability: WAL journal. Every commit survives kill -9 of the dispatcher (once COMMIT
+returns the WAL is in the OS page cache). A *durable* commit (``synchronous=FULL``, the
+default) is also fsync'ed, so it survives an OS crash or power cut too; and since the WAL
+is one file, its fsync hardens every earlier commit as well.
+
+Not every commit is durable: ``commit(durable=False)`` is the dispatcher's hot path, a report
+accepted whose replay runs on or completes. Such a commit is ``synchronous=NORMAL``: no fsync in
+the loop; a thread (syncer.py) checkpoints the WAL every 50 ms, which fsyncs it. Until then
+an OS crash may roll back the last ones (the database stays consistent). That loses nothing:
+the dispatcher restarts with the action of an earlier step in flight and re-sends it, and the
+agent's on-disk ledger (fsync'ed, on the workstation, 256 actions) answers from what it
+recorded, without executing again (``already_executed``, spec/03 cases g/k), step after step
+up to where it was. To keep that window well inside the ledger, a commit is made durable
+anyway when ``MAX_UNSYNCED_COMMITS`` are not known on disk, or none has been for
+``MAX_UNSYNCED_S`` (the syncer fell behind). The reply to a request (a report's ack
+included) is still sent only after its commit.
+Why: an fsync cost 0.4-20 ms on the shared 2-core VMs (under load), a whole step 0.3 ms
+without it; with one per step the dispatcher spent half its time in fsync and missed the
+turnaround and throughput targets (bench/turnaround.py, bench/throughput.py). Everything
+else stays durable: what people decided (start, resume, pause, cancel), hellos, the
+watchdog's orphans, and a report that pauses a replay (re-sent, the agent's answer carries
+``already_executed`` instead of the warning that paused, so the pause would not come back).
 
 Writes are kept small: a replay's workflow is written once, at its first commit; every later
 transition rewrites only the mutable part (a few hundred bytes of msgpack) and appends the
@@ -39,6 +55,7 @@ from actors.dispatcher.state import (
     mutable_dump,
     mutable_restore,
 )
+from actors.dispatcher.syncer import SYNC_INTERVAL_S, WalSyncer
 from messages.workflow import Workflow
 
 SCHEMA_VERSION = 1
@@ -64,9 +81,23 @@ CREATE TABLE IF NOT EXISTS reports (
     sender_machine TEXT NOT NULL, status TEXT NOT NULL, success INTEGER NOT NULL,
     error TEXT, warning TEXT, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS reports_by_action ON reports (replay_id, action_id);
+-- Control requests applied, by envelope id, with the reply sent: a copy of one (a Lazy
+-- Pirate retry, or a copy the broker queued while we were down) gets that reply again.
+CREATE TABLE IF NOT EXISTS requests (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, kind TEXT NOT NULL,
+    reply BLOB NOT NULL, UNIQUE (request_id, kind));
 """
 
 _TERMINAL = tuple(sorted(TERMINAL))
+MAX_UNSYNCED_COMMITS = 128
+"""Commits not known on disk at most: each one accepts one step of one agent, and an agent's
+ledger remembers 256, so a rolled-back window is always answered from it."""
+MAX_UNSYNCED_S = 1.0
+"""... and for at most this long."""
+WAL_AUTOCHECKPOINT = 10_000
+"""Pages (4 KiB) before the loop's own connection checkpoints: the syncer does it before."""
+KEEP_REQUESTS = 4096
+"""Control requests remembered: copies come seconds apart (retries, the broker's queue)."""
 _SCREENSHOTS = ("screenshot_before", "screenshot_after")
 
 
@@ -83,13 +114,18 @@ class DispatcherStore:
     """The dispatcher's database; one instance per process, used from one thread."""
 
     def __init__(self, path: str | Path, *, synchronous: Literal["FULL", "NORMAL"] = "FULL",
-                 keep_finished: int = 1000) -> None:
+                 keep_finished: int = 1000, sync_interval_s: float = SYNC_INTERVAL_S) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.keep_finished = keep_finished
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._durable_level: str = synchronous  # of a durable commit
+        self._level: str = synchronous  # as set on the connection now
+        self._syncer: WalSyncer | None = None  # started by the first non-durable commit
+        self._sync_interval_s = sync_interval_s
+        self.last_durable = True  # whether the last commit was fsync'ed (for tests, logs)
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
@@ -103,7 +139,15 @@ class DispatcherStore:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
+        if self._syncer is not None:
+            self._syncer.close()
         self._db.close()
+
+    def _synchronous(self, level: str) -> None:
+        """Set the connection's ``synchronous`` for the next transactions (not within one)."""
+        if level != self._level:
+            self._db.execute(f"PRAGMA synchronous={level}")
+            self._level = level
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -149,17 +193,29 @@ class DispatcherStore:
 
     # Committing ---------------------------------------------------------------------------
 
-    def commit(self, replays: Iterable[ReplayState],
-               effects: Iterable[Effect]) -> list[tuple[int, Effect]]:
+    def commit(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
+               request: tuple[str, str, bytes] | None = None, *, durable: bool = True,
+               sent: Iterable[int] = ()) -> list[tuple[int, Effect]]:
         """Persist changed replays, the reports log and the outbox in ONE transaction.
 
         Returns the outbox rows written ``(outbox_id, effect)``, to perform then mark sent.
-        ``RecordReport`` effects go to the reports log, not the outbox.
+        ``RecordReport`` effects go to the reports log, not the outbox. ``request``
+        ``(request_id, kind, reply)`` records the control request this decision applies,
+        with its encoded reply (see :meth:`reply_for`). ``durable=False``: see the module
+        docstring. ``sent``: outbox ids performed since, deleted in the same transaction.
         """
         replays = list(replays)
         written: list[tuple[int, Effect]] = []
         resolved_counts: dict[str, int] = {}
+        if not durable and self._syncer is None:
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
+            self._syncer = WalSyncer(self.path, self._sync_interval_s)
+        if not durable and self._syncer is not None:
+            commits, age = self._syncer.unsynced()
+            durable = commits >= MAX_UNSYNCED_COMMITS or age >= MAX_UNSYNCED_S
+        self._synchronous(self._durable_level if durable else "NORMAL")
         with self._transaction() as db:
+            db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in sent])
             for r in replays:
                 resolved_counts[r.replay_id] = self._write_replay(db, r)
             for effect in effects:
@@ -171,16 +227,36 @@ class DispatcherStore:
                                  (body["kind"], _pack(body)))
                 assert cur.lastrowid is not None
                 written.append((cur.lastrowid, effect))
+            if request is not None:
+                db.execute("INSERT INTO requests (request_id, kind, reply) VALUES (?, ?, ?)",
+                           request)
+                db.execute("DELETE FROM requests WHERE seq <= (SELECT max(seq) FROM requests)"
+                           " - ?", (KEEP_REQUESTS,))
         # Only once committed: a rolled-back transaction must be rewritten in full next time.
         self._known.update(r.replay_id for r in replays)
         self._resolved_written.update(resolved_counts)
+        self.last_durable = durable and self._durable_level == "FULL"
+        if self._syncer is not None:
+            self._syncer.committed(self.last_durable)
         return written
 
-    def commit_decision(self, replays: Mapping[str, ReplayState],
-                        decision: Decision) -> list[tuple[int, Effect]]:
+    def unsynced(self) -> int:
+        """Commits not known to be on disk yet (0 when every commit so far was durable)."""
+        return 0 if self._syncer is None else self._syncer.unsynced()[0]
+
+    def commit_decision(self, replays: Mapping[str, ReplayState], decision: Decision,
+                        request: tuple[str, str, bytes] | None = None, *,
+                        durable: bool = True, sent: Iterable[int] = (),
+                        ) -> list[tuple[int, Effect]]:
         """:meth:`commit` of ``decision.changed`` looked up in the core's ``replays``."""
         return self.commit([replays[i] for i in sorted(decision.changed) if i in replays],
-                           decision.effects)
+                           decision.effects, request, durable=durable, sent=sent)
+
+    def reply_for(self, request_id: str, kind: str) -> bytes | None:
+        """The reply recorded for control request ``request_id`` of ``kind``, if applied."""
+        row = self._db.execute("SELECT reply FROM requests WHERE request_id = ? AND kind = ?",
+                               (request_id, kind)).fetchone()
+        return None if row is None else bytes(row[0])
 
     def _write_replay(self, db: sqlite3.Connection, r: ReplayState) -> int:
         mutable = _pack(mutable_dump(r))
@@ -197,12 +273,14 @@ class DispatcherStore:
                 (r.replay_id, r.seq, r.session_id, r.machine_id, r.mode, r.operator,
                  r.created_at, _pack(r.workflow.model_dump(mode="json")), r.status, mutable,
                  r.updated_at))
-        done = self._resolved_written.get(r.replay_id, 0)
+        fresh = len(r.resolved) - self._resolved_written.get(r.replay_id, 0)
+        # The newest entries only, without walking the older ones (``resolved`` only grows).
         db.executemany(
             "INSERT OR IGNORE INTO resolved (replay_id, action_id, outcome, attempt_id) "
             "VALUES (?, ?, ?, ?)",
             [(r.replay_id, aid, res.outcome, res.attempt_id)
-             for aid, res in islice(r.resolved.items(), done, None)])
+             for aid, res in reversed(list(islice(reversed(r.resolved.items()),
+                                                  max(0, fresh))))])
         return len(r.resolved)
 
     def _write_report(self, db: sqlite3.Connection, rec: RecordReport) -> None:
@@ -228,9 +306,14 @@ class DispatcherStore:
         return [(oid, effect_from_dict(_unpack(body))) for oid, body in rows]
 
     def mark_sent(self, outbox_ids: Iterable[int]) -> None:
-        """Forget performed effects (their ids are never reused)."""
+        """Forget performed effects (their ids are never reused).
+
+        Never fsync'ed for itself: rows an OS crash brings back are performed again, which
+        every receiver deduplicates (as after a crash before this call).
+        """
         ids = [(i,) for i in outbox_ids]
         if ids:
+            self._synchronous("NORMAL")
             with self._transaction() as db:
                 db.executemany("DELETE FROM outbox WHERE id = ?", ids)
 

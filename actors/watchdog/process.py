@@ -22,6 +22,7 @@ from messages.dispatch import (
     OrphanGiveUp,
     OrphanResend,
     Track,
+    TrackBatch,
     Untrack,
 )
 from messages.replay import Ack
@@ -40,6 +41,7 @@ class WatchdogActor(Actor):
         self._asking = False
         self.handle(Track, self.on_track)
         self.handle(Untrack, self.on_untrack)
+        self.handle(TrackBatch, self.on_batch)
         self.every(self.config.scan_interval_s, self.scan)
         self.every(1.0, self.ask_for_inflight)
 
@@ -54,6 +56,17 @@ class WatchdogActor(Actor):
     def on_untrack(self, msg: Untrack, _req: Incoming) -> Message:
         return Ack(status="ok" if self.core.untrack(msg.action_id, msg.attempt_id)
                    else "not_tracked")
+
+    def on_batch(self, msg: TrackBatch, _req: Incoming) -> Message:
+        """Tracks and untracks applied in the dispatcher's order."""
+        now = time.monotonic()
+        untracked = 0
+        for update in msg.updates:
+            if isinstance(update, Track):
+                self.core.track(update.entry, now)
+            else:
+                untracked += self.core.untrack(update.action_id, update.attempt_id)
+        return Ack(detail={"updates": len(msg.updates), "untracked": untracked})
 
     def ask_for_inflight(self, _now: float) -> None:
         if self.rebuilt or self._asking:

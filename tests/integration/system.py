@@ -104,8 +104,9 @@ class System:
                  extra_env: dict[str, str] | None = None) -> None:
         self.spawn = spawn
         self.tmp = tmp
-        self.env = dict(env, **FAST_WATCHDOG, LEA_RESTART_INTENSITY="50",
-                        **(extra_env or {}))
+        # extra_env last: it may override the defaults above (the restart intensity...).
+        self.env = {**env, **FAST_WATCHDOG, "LEA_RESTART_INTENSITY": "50",
+                    **(extra_env or {})}
         self.tree = spawn(python_argv("run.py"), env=self.env, name="tree")
         self.client = SyncClient(self.env["LEA_MDP_ENDPOINT"])
         wait_until(lambda: all(self.pid(name) for name in ACTORS), timeout=30)

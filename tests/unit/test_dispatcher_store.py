@@ -273,3 +273,29 @@ def test_a_foreign_writer_cannot_half_apply(tmp_path: Path) -> None:
     other.execute("ROLLBACK")
     assert store.pending_outbox() == []
     assert store.commit_decision(h.core.replays, d)
+
+
+def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeypatch:
+                                                         pytest.MonkeyPatch) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    rid, d = h.start(wf("s1"))
+    assert store.reply_for("req1", "StartReplay") is None
+    store.commit_decision(h.core.replays, d, ("req1", "StartReplay", b"reply-1"))
+    assert store.reply_for("req1", "StartReplay") == b"reply-1"
+    assert store.reply_for("req1", "ResumeReplay") is None  # an id is per kind of request
+    store.close()
+    # In the same transaction as the decision: both survive a restart, or neither does.
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    assert list(store.load().replays) == [rid]
+    assert store.reply_for("req1", "StartReplay") == b"reply-1"
+    _, d2 = h.start(wf("s2"))
+    with pytest.raises(sqlite3.IntegrityError):  # a record never overwrites another
+        store.commit_decision(h.core.replays, d2, ("req1", "StartReplay", b"reply-2"))
+    assert list(store.load().replays) == [rid]
+    # Bounded: the oldest records go.
+    monkeypatch.setattr("actors.dispatcher.store.KEEP_REQUESTS", 2)
+    for i in range(2, 5):
+        store.commit([], [], (f"req{i}", "StartReplay", b"r"))
+    assert [store.reply_for(f"req{i}", "StartReplay") is not None for i in range(1, 5)] == [
+        False, False, True, True]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from actors import ACTORS, actor_class
-from actors.logs import setup_logging
 from broker.config import load_settings
+from broker.logs import setup_logging
 
 
 def main(argv: list[str]) -> int:

@@ -36,6 +36,7 @@ from messages.codec import encode  # noqa: E402
 from messages.control import Ping, Pong  # noqa: E402
 from messages.dispatch import DispatchAction, DispatchMeta  # noqa: E402
 from messages.workflow import Action, Workflow  # noqa: E402
+from supervision.tree import child_pid  # noqa: E402
 
 ECHO = "bench.echo"
 
@@ -208,16 +209,10 @@ class Tree:
 
     def child_pid(self, name: str) -> int:
         """The pid of the supervisor's child ``name`` (``broker`` or an actor)."""
-        wanted = [b"-m", b"broker"] if name == "broker" else [b"-m", b"actors", name.encode()]
-        path = Path(f"/proc/{self.tree.pid}/task/{self.tree.pid}/children")
-        for pid in path.read_text().split():
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue
-            if argv[1:1 + len(wanted)] == wanted:
-                return int(pid)
-        raise LookupError(name)
+        pid = child_pid(self.tree.pid, name)
+        if pid is None:
+            raise LookupError(name)
+        return pid
 
     def pids(self) -> dict[str, int]:
         """The tree's processes by name: the supervisor, the broker and the six actors."""

@@ -10,7 +10,6 @@ import contextlib
 import select
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from loguru import logger
 from broker.bus_proxy import BATCH, BusProxy, RateLimit
 from broker.config import Settings, load_settings
 from broker.frames import poll_items, recv_frames, zmq_poll
+from broker.logs import setup_logging
 from broker.majordomo import Majordomo
 from broker.monitor import SocketMonitor
 from messages.events import BAD_MESSAGE
@@ -254,9 +254,7 @@ def _bind(sock: zmq.Socket[bytes], endpoint: str) -> None:
 def main() -> int:
     """``python -m broker``: settings from ``LEA_*`` (and ``LEA_CONFIG``); exit status."""
     settings = load_settings()
-    logger.remove()
-    logger.add(sys.stderr, level=settings.log_level,
-               format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} broker[{process}] {message}")
+    setup_logging("broker", settings.log_level)
     try:
         return Broker(settings).run()
     except zmq.ZMQError as exc:

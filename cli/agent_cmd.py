@@ -30,10 +30,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     """Build the agent from ``args`` and serve; 2 on a configuration error."""
     import sys
 
-    from actors.logs import setup_logging
     from agent.effects import EffectsLog
     from agent.executors import ExecutorUnavailable, ScenarioError, load_scenario, make_executor
     from agent.process import Agent, AgentError
+    from broker.logs import setup_logging
 
     machine_id: str = args.machine_id
     setup_logging(f"agent.{machine_id}", settings.log_level)

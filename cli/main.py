@@ -47,8 +47,8 @@ def _up(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _broker(settings: Settings, _args: argparse.Namespace) -> int:
-    from actors.logs import setup_logging
     from broker.broker import Broker
+    from broker.logs import setup_logging
 
     setup_logging("broker", settings.log_level)
     return Broker(settings).run()
@@ -56,7 +56,7 @@ def _broker(settings: Settings, _args: argparse.Namespace) -> int:
 
 def _actor(settings: Settings, args: argparse.Namespace) -> int:
     from actors import actor_class
-    from actors.logs import setup_logging
+    from broker.logs import setup_logging
 
     setup_logging(args.name, settings.log_level)
     return actor_class(args.name)(settings).run()

@@ -3,23 +3,47 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from actors import ACTORS
-from actors.logs import setup_logging
 from broker.config import Settings
+from broker.logs import setup_logging
 from supervision.child import ChildSpec
 from supervision.policy import RestartIntensity, Strategy
 from supervision.supervisor import Supervisor
 
 
+def child_argv(name: str) -> list[str]:
+    """The module arguments of the child ``name`` (``broker`` or an actor)."""
+    return ["-m", "broker"] if name == "broker" else ["-m", "actors", name]
+
+
+def child_pid(supervisor_pid: int, name: str) -> int | None:
+    """The pid of the running child ``name`` of the tree run by ``supervisor_pid`` (Linux).
+
+    For operators and tests that need to signal one child; None if it is not running.
+    """
+    wanted = [arg.encode() for arg in child_argv(name)]
+    try:
+        children = Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text()
+    except FileNotFoundError:
+        return None
+    for pid in children.split():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue  # exited meanwhile
+        if argv[1:1 + len(wanted)] == wanted:
+            return int(pid)
+    return None
+
+
 def tree_specs(settings: Settings) -> list[ChildSpec]:
     """Child specs in start order; every child is permanent."""
-    def spec(name: str, *module: str) -> ChildSpec:
-        return ChildSpec(name, [sys.executable, "-m", *module],
-                         shutdown_timeout_s=settings.shutdown_timeout_s,
-                         beacon_timeout_s=settings.beacon_timeout_s)
-
-    return [spec("broker", "broker"), *(spec(name, "actors", name) for name in ACTORS)]
+    return [ChildSpec(name, [sys.executable, *child_argv(name)],
+                      shutdown_timeout_s=settings.shutdown_timeout_s,
+                      beacon_timeout_s=settings.beacon_timeout_s)
+            for name in ("broker", *ACTORS)]
 
 
 def build_tree(settings: Settings) -> Supervisor:

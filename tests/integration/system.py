@@ -30,6 +30,7 @@ from messages.replay import (
     StartReplay,
 )
 from messages.workflow import Workflow
+from supervision.tree import child_pid
 from tests.conftest import Spawn, python_argv, wait_until
 
 # Fast watchdog for tests: scan twice a second, orphan after 3 s.
@@ -122,16 +123,10 @@ class System:
 
     def child_pid(self, name: str) -> int:
         """The pid of the supervisor's child ``name`` (``broker`` or an actor)."""
-        wanted = [b"-m", b"broker"] if name == "broker" else [b"-m", b"actors", name.encode()]
-        path = Path(f"/proc/{self.tree.pid}/task/{self.tree.pid}/children")
-        for pid in path.read_text().split():
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue
-            if argv[1:1 + len(wanted)] == wanted:
-                return int(pid)
-        raise LookupError(name)
+        pid = child_pid(self.tree.pid, name)
+        if pid is None:
+            raise LookupError(name)
+        return pid
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> int:
         """Send ``sig`` to a child of the tree; returns its pid."""

@@ -16,6 +16,7 @@ from actors import ACTORS
 from broker.client import CallFailed, SyncClient
 from messages import Pong
 from messages.control import Ping
+from supervision.tree import child_pid
 from tests.conftest import Spawn, python_argv, wait_until
 
 
@@ -32,16 +33,7 @@ def all_pids(client: SyncClient) -> dict[str, int | None]:
 
 
 def broker_pid(tree: subprocess.Popen[bytes]) -> int | None:
-    """The pid of the supervisor's child running ``python -m broker``."""
-    children = Path(f"/proc/{tree.pid}/task/{tree.pid}/children").read_text().split()
-    for pid in children:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except FileNotFoundError:
-            continue
-        if argv[1:3] == [b"-m", b"broker"]:
-            return int(pid)
-    return None
+    return child_pid(tree.pid, "broker")
 
 
 class Tree:

@@ -6,17 +6,26 @@ report first sent for it and the report still waiting for the dispatcher's ackno
 same step in a new replay of the workflow is a new action, executed again; only a
 re-delivery within one replay is answered from the ledger.
 
+Some rows are *aliases* (``answered_by`` set): another action id of the same step, answered
+by that execution and never executed itself. A dispatch that redoes a step the watchdog gave
+up (``DispatchAction.supersedes``) records, when it begins, an alias for each id it
+supersedes, so a stale copy of one arriving later is answered, not executed; and a dispatch
+answered from a superseded id's execution gets an alias row to hold its report. An alias
+row's state is ``finished`` (nothing of it can be half-done); its outbox is its own.
+
 Durability is the point of this module. SQLite in WAL mode with ``synchronous=FULL``: when
 :meth:`Ledger.begin` returns, the *started* mark is on disk, and only then may the executor
 touch the screen. So after a crash the agent knows which actions it may have half-done, and
 never runs an action twice because it forgot it ran it.
 
-The table is bounded (256 by default): past the bound, the oldest *finished and acked* rows
-go. Rows still started, or whose report is unacked, are never evicted (losing them would
-lose a report or an exactly-once guarantee), so the table may briefly exceed the bound.
+The table is bounded (256 executed actions by default): past the bound, the oldest
+*finished and acked* rows go, with their aliases. Rows still started, or whose report (or
+an alias's) is unacked, are never evicted (losing them would lose a report or an
+exactly-once guarantee), so the table may briefly exceed the bound.
 
 The file carries its schema version (``PRAGMA user_version``); a file of another version is
-refused (:class:`LedgerVersionError`) rather than read wrongly or silently started afresh.
+refused (:class:`LedgerVersionError`) rather than read wrongly or silently started afresh;
+version 2 (before aliases) is upgraded in place: the same rows, none of them an alias.
 """
 
 from __future__ import annotations
@@ -35,8 +44,9 @@ from messages.codec import decode, encode, new_id
 from messages.dispatch import ActionReport, DispatchAction
 
 DEFAULT_CAPACITY = 256
-SCHEMA_VERSION = 2
-"""Version 1 (unversioned, ``user_version`` 0) was keyed by ``action_id`` alone."""
+SCHEMA_VERSION = 3
+"""Version 1 (unversioned, ``user_version`` 0) was keyed by ``action_id`` alone; version 2
+had no ``answered_by`` (aliases)."""
 
 State = Literal["started", "finished"]
 
@@ -56,13 +66,15 @@ CREATE TABLE actions (
     outbox         BLOB,
     outbox_attempt TEXT,
     acked_at       REAL,
+    answered_by    TEXT,
     UNIQUE (replay_id, action_id)
 );
 CREATE INDEX actions_state ON actions (state);
 """
 
 _COLUMNS = ("action_id, attempt_id, replay_id, session_id, machine_id, action_type, state, "
-            "started_at, finished_at, report, outbox, outbox_attempt, acked_at")
+            "started_at, finished_at, report, outbox, outbox_attempt, acked_at, answered_by")
+_EXECUTED = "answered_by IS NULL"
 
 
 class LedgerLocked(RuntimeError):
@@ -81,7 +93,8 @@ class LedgerConflict(ValueError):
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
     """One row, keyed by ``(replay_id, action_id)``. ``report`` is the first report sent;
-    ``outbox`` the one awaiting an ack."""
+    ``outbox`` the one awaiting an ack. ``answered_by``: set on an alias, the action id (same
+    replay) whose execution answers for this one; an alias has no ``report`` of its own."""
 
     action_id: str
     attempt_id: str
@@ -96,10 +109,15 @@ class LedgerEntry:
     outbox: bytes | None
     outbox_attempt: str | None
     acked_at: float | None
+    answered_by: str | None = None
 
     @property
     def finished(self) -> bool:
         return self.state == "finished"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.replay_id, self.action_id
 
 
 def encode_report(report: ActionReport, msg_id: str | None = None) -> bytes:
@@ -162,33 +180,48 @@ class Ledger:
         self._db.execute("COMMIT")
 
     def begin(self, dispatch: DispatchAction, now: float | None = None) -> None:
-        """Mark ``dispatch``'s action started; durable on return. Evicts old finished rows.
+        """Mark ``dispatch``'s action started, and each id it supersedes an alias of it, in
+        one transaction; durable on return. Evicts old finished rows.
 
-        Raises :class:`LedgerConflict` if its ``(replay_id, action_id)`` is already there.
+        Raises :class:`LedgerConflict` if one of those ``(replay_id, action_id)`` is already
+        there (the caller must look them up first).
         """
         now = time.time() if now is None else now
         action = dispatch.action
+        aliases = [a for a in dict.fromkeys(dispatch.supersedes) if a != action.action_id]
+        row = (dispatch.replay_id, dispatch.attempt_id, dispatch.session_id,
+               dispatch.machine_id, action.type, now)
         try:
             with self._tx() as db:
                 db.execute(
-                    "INSERT INTO actions (replay_id, action_id, attempt_id, session_id,"
+                    "INSERT INTO actions (action_id, replay_id, attempt_id, session_id,"
                     " machine_id, action_type, state, started_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, 'started', ?)",
-                    (dispatch.replay_id, action.action_id, dispatch.attempt_id,
-                     dispatch.session_id, dispatch.machine_id, action.type, now))
+                    " VALUES (?, ?, ?, ?, ?, ?, 'started', ?)", (action.action_id, *row))
+                db.executemany(
+                    "INSERT INTO actions (action_id, replay_id, attempt_id, session_id,"
+                    " machine_id, action_type, state, started_at, answered_by)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 'finished', ?, ?)",
+                    [(alias, *row, action.action_id) for alias in aliases])
                 self._evict(db)
         except sqlite3.IntegrityError:
             raise LedgerConflict(f"action {action.action_id!r} of replay"
-                                 f" {dispatch.replay_id!r} is already in the ledger") from None
+                                 f" {dispatch.replay_id!r} or an id it supersedes"
+                                 f" ({', '.join(aliases) or 'none'}) is already in the"
+                                 " ledger") from None
 
     def _evict(self, db: sqlite3.Connection) -> None:
-        (count,) = db.execute("SELECT COUNT(*) FROM actions").fetchone()
+        (count,) = db.execute(f"SELECT COUNT(*) FROM actions WHERE {_EXECUTED}").fetchone()
         excess = int(count) - self.capacity
-        if excess > 0:
-            db.execute(
-                "DELETE FROM actions WHERE seq IN (SELECT seq FROM actions"
-                " WHERE state = 'finished' AND outbox IS NULL ORDER BY seq LIMIT ?)",
-                (excess,))
+        if excess <= 0:
+            return
+        victims = db.execute(
+            f"SELECT seq, replay_id, action_id FROM actions a WHERE {_EXECUTED}"
+            " AND state = 'finished' AND outbox IS NULL AND NOT EXISTS (SELECT 1 FROM actions"
+            " b WHERE b.replay_id = a.replay_id AND b.answered_by = a.action_id"
+            " AND b.outbox IS NOT NULL) ORDER BY seq LIMIT ?", (excess,)).fetchall()
+        db.executemany("DELETE FROM actions WHERE replay_id = ? AND answered_by = ?",
+                       [(replay_id, action_id) for _seq, replay_id, action_id in victims])
+        db.executemany("DELETE FROM actions WHERE seq = ?", [(v[0],) for v in victims])
 
     def finish(self, replay_id: str, action_id: str, report: ActionReport,
                now: float | None = None) -> bytes:
@@ -206,22 +239,34 @@ class Ledger:
             cur = db.execute(
                 "UPDATE actions SET state = 'finished', finished_at = ?, report = ?,"
                 " outbox = ?, outbox_attempt = ?, acked_at = NULL"
-                " WHERE replay_id = ? AND action_id = ?",
+                f" WHERE replay_id = ? AND action_id = ? AND {_EXECUTED}",
                 (now, data, data, report.attempt_id, replay_id, action_id))
             if cur.rowcount != 1:
                 raise KeyError(f"action {action_id!r} of replay {replay_id!r} is not in the"
-                               " ledger")
+                               " ledger (or is an alias)")
         return data
 
-    def queue_report(self, report: ActionReport) -> bytes:
+    def queue_report(self, report: ActionReport, answered_by: str | None = None,
+                     now: float | None = None) -> bytes:
         """Put ``report`` (e.g. re-addressed to a newer attempt) in the outbox of its action,
         the row of its ``(replay_id, action_id)``.
 
         It replaces an unacked older one: only the newest attempt is current for the
-        dispatcher, so an older copy would only be recorded as stale.
+        dispatcher, so an older copy would only be recorded as stale. ``answered_by``: the
+        report is another action's outcome (same step); the row is made an alias of that
+        action if it is not in the ledger yet.
         """
+        now = time.time() if now is None else now
         data = encode_report(report)
         with self._tx() as db:
+            if answered_by is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO actions (replay_id, action_id, attempt_id,"
+                    " session_id, machine_id, action_type, state, started_at, answered_by)"
+                    " SELECT replay_id, ?, ?, ?, ?, action_type, 'finished', ?, action_id"
+                    " FROM actions WHERE replay_id = ? AND action_id = ?",
+                    (report.action_id, report.attempt_id, report.session_id,
+                     report.machine_id, now, report.replay_id, answered_by))
             cur = db.execute(
                 "UPDATE actions SET outbox = ?, outbox_attempt = ?, acked_at = NULL"
                 " WHERE replay_id = ? AND action_id = ? AND state = 'finished'",
@@ -253,6 +298,14 @@ class Ledger:
             (replay_id, action_id)).fetchone()
         return None if row is None else LedgerEntry(*row)
 
+    def resolve(self, replay_id: str, action_id: str) -> LedgerEntry | None:
+        """The row of the execution that answers for ``action_id``: its own, or, for an
+        alias, the row it is an alias of."""
+        entry = self.lookup(replay_id, action_id)
+        if entry is None or entry.answered_by is None:
+            return entry
+        return self.lookup(replay_id, entry.answered_by)
+
     def unfinished(self) -> list[LedgerEntry]:
         """Rows marked started and never finished, oldest first."""
         return self._select("state = 'started'")
@@ -266,7 +319,8 @@ class Ledger:
         return [LedgerEntry(*row) for row in rows]
 
     def __len__(self) -> int:
-        (count,) = self._db.execute("SELECT COUNT(*) FROM actions").fetchone()
+        """Executed actions held (aliases not counted: they go with their execution)."""
+        (count,) = self._db.execute(f"SELECT COUNT(*) FROM actions WHERE {_EXECUTED}").fetchone()
         return cast(int, count)
 
     def close(self) -> None:
@@ -287,11 +341,14 @@ def _check_schema(db: sqlite3.Connection, path: Path) -> None:
                 if statement.strip():
                     db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version == 2:  # same rows, none an alias: upgraded in this transaction
+            db.execute("ALTER TABLE actions ADD COLUMN answered_by TEXT")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             found = "an unversioned (version 1)" if version == 0 else f"a version {version}"
             raise LedgerVersionError(
-                f"{path} is {found} ledger, this agent reads version {SCHEMA_VERSION} only"
-                " (keyed by replay and action): let the agent that wrote it finish its"
+                f"{path} is {found} ledger, this agent reads versions 2 and {SCHEMA_VERSION}"
+                " only (keyed by replay and action): let the agent that wrote it finish its"
                 " reports, or move the file away to start afresh (its actions could then"
                 " run twice)")
     except BaseException:

@@ -3,12 +3,13 @@
 Life of an action here (spec/03 §3, DESIGN §4):
 
 1. A :class:`DispatchAction` arrives. The ledger, keyed by ``(replay_id, action_id)``,
-   decides: new → mark it *started* on disk, hand it to the execution thread, reply
-   :class:`ActionReceived`; already finished → no execution, the original report goes out
-   again re-addressed to this attempt (``already_executed``); being executed right now →
+   decides (serve.py): new → mark it *started* on disk, hand it to the execution thread,
+   reply :class:`ActionReceived`; already finished → no execution, the original report goes
+   out again re-addressed to this attempt (``already_executed``); being executed right now →
    ignored, its report will come (and is re-addressed to the newest attempt seen meanwhile).
    Action ids are stable per workflow step: the same step in another replay is another
-   action, executed again.
+   action, executed again. A resume of a step given up by the watchdog names the ids it
+   ``supersedes``: the ledger makes one step of them (serve.py).
 2. The execution thread runs the executor (one action at a time, C2) while the main loop
    keeps heartbeating the broker and the supervisor (C3). Any exception becomes a failed
    outcome: a received action is always reported (C1).
@@ -29,7 +30,6 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,28 +39,20 @@ from loguru import logger
 
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
-from agent.ledger import (
-    Ledger,
-    LedgerConflict,
-    LedgerEntry,
-    LedgerLocked,
-    LedgerVersionError,
-    decode_report,
-)
-from agent.reports import Retrying, build_report, indeterminate_report, readdress
+from agent.ledger import Ledger, LedgerLocked, LedgerVersionError, decode_report
+from agent.reports import Retrying
+from agent.serve import Intake
 from broker.client import Client
 from broker.config import Settings
 from broker.worker import Request, Worker
 from messages.base import Message
 from messages.codec import MessageError, decode, encode, new_id
 from messages.control import ErrorReply, Ping, Pong
-from messages.dispatch import ActionReceived, ActionReport, AgentHello, DispatchAction, ReportAck
+from messages.dispatch import ActionReport, AgentHello, DispatchAction, ReportAck
 from supervision.liveness import Beacon
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 DISPATCHER = "dispatcher"
-MAX_QUEUED = 64
-"""Actions received while another executes; past this a dispatch is refused (``busy``)."""
 SHUTDOWN_GRACE_S = 3.0
 """On SIGTERM, how long an action in progress may take to finish before we leave anyway."""
 LOOP_WAIT_S = 0.25
@@ -71,12 +63,6 @@ class AgentError(RuntimeError):
 
 
 _Done = tuple[DispatchAction, ActionOutcome, float]
-_Key = tuple[str, str]
-"""``(replay_id, action_id)``: what identifies an action to the agent and its ledger."""
-
-
-def _key(dispatch: DispatchAction) -> _Key:
-    return dispatch.replay_id, dispatch.action.action_id
 
 
 class Agent:
@@ -84,6 +70,7 @@ class Agent:
 
     # Opened by run(), which owns them from start to end.
     ledger: Ledger
+    intake: Intake
     ctx: zmq.Context[Any]
     client: Client
     outbox: Retrying
@@ -104,9 +91,6 @@ class Agent:
         self.started_at = time.time()
         self._stopping = False
         self._grace_until = 0.0
-        self._current: DispatchAction | None = None
-        self._queued: deque[DispatchAction] = deque()
-        self._newer: dict[_Key, DispatchAction] = {}  # re-deliveries seen while in progress
         self._jobs: queue.Queue[DispatchAction | None] = queue.Queue()
         self._done: queue.Queue[_Done] = queue.Queue()
         self._wake_r, self._wake_w = os.pipe()
@@ -145,7 +129,7 @@ class Agent:
             body = envelope.body
             reply: Message
             if isinstance(body, DispatchAction):
-                reply = self._on_dispatch(body)
+                reply = self.intake.on_dispatch(body)
             elif isinstance(body, Ping):
                 reply = Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
             else:
@@ -162,116 +146,13 @@ class Agent:
             logger.exception("serving a request failed")
             return encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]), msg_id)
 
-    def _on_dispatch(self, dispatch: DispatchAction) -> Message:
-        action_id = dispatch.action.action_id
-        if dispatch.machine_id != self.machine_id:
-            logger.warning("refused {}: addressed to machine {!r}", action_id,
-                           dispatch.machine_id)
-            return ErrorReply(code="wrong_machine",
-                              message=f"this is agent {self.machine_id!r}, "
-                                      f"not {dispatch.machine_id!r}")
-        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id)
-        key = _key(dispatch)
-        in_progress = [d for d in (self._current, *self._queued)
-                       if d is not None and _key(d) == key]
-        if in_progress:
-            # Executing (or about to): its report will come. Remember the newest attempt so
-            # that report is re-addressed to it rather than land as stale.
-            logger.warning("{} re-delivered (attempt {}, replay {}) while in progress: not"
-                           " executed again", action_id, dispatch.attempt_id,
-                           dispatch.replay_id)
-            if dispatch.attempt_id != in_progress[0].attempt_id:
-                self._newer[key] = dispatch
-            return received
-        entry = self.ledger.lookup(*key)
-        if entry is not None:
-            if not entry.finished:  # started by an earlier process: only at startup normally
-                entry = self._recover(entry)
-            self._answer_again(entry, dispatch)
-            return received
-        if self._stopping:
-            return ErrorReply(code="shutting_down", message=f"{self.service} is stopping")
-        if len(self._queued) >= MAX_QUEUED:
-            return ErrorReply(code="busy", message=f"{len(self._queued)} actions queued")
-        logger.info("received {} {} (attempt {}, replay {})", dispatch.action.type, action_id,
-                    dispatch.attempt_id, dispatch.replay_id)
-        self._queued.append(dispatch)
-        # Started before the reply goes: an ActionReceived for an idle agent means the
-        # action is marked started on disk.
-        self._start_next()
-        return received
-
-    def _answer_again(self, entry: LedgerEntry, dispatch: DispatchAction) -> None:
-        """A re-delivered finished action (same replay, same action id): its original report,
-        re-addressed (cases g, k)."""
-        action_id = entry.action_id
-        if entry.outbox is not None and entry.outbox_attempt == dispatch.attempt_id:
-            logger.info("{} attempt {} re-delivered: its report is on its way", action_id,
-                        dispatch.attempt_id)
-            return
-        if entry.report is None:
-            logger.error("{} is finished in the ledger without a report", action_id)
-            return
-        _msg_id, original = decode_report(entry.report)
-        report = readdress(original, dispatch)
-        logger.warning("{} already handled (attempt {}, {}): not executed again, answering"
-                       " attempt {} with its report", action_id, entry.attempt_id,
-                       original.error or "done", dispatch.attempt_id)
-        self._send_report(report, self.ledger.queue_report(report))
-
-    def _start_next(self) -> None:
-        if self._current is not None or not self._queued or self._stopping:
-            return
-        dispatch = self._queued.popleft()
-        action_id = dispatch.action.action_id
-        try:
-            self.ledger.begin(dispatch)  # durable before any input (D5)
-        except LedgerConflict:
-            logger.error("{} (replay {}) is already in the ledger; answering from it",
-                         action_id, dispatch.replay_id)
-            entry = self.ledger.lookup(*_key(dispatch))
-            if entry is not None:
-                self._answer_again(entry if entry.finished else self._recover(entry), dispatch)
-            self._start_next()
-            return
-        except sqlite3.Error as exc:
-            # Without the started mark we cannot promise exactly-once: do not execute.
-            logger.exception("ledger write failed for {}", action_id)
-            report = build_report(dispatch, ActionOutcome.failure(
-                f"ledger_error:{exc}"[:300], needs_human=True))
-            self._send_report(report, encode(report, new_id()))
-            self._start_next()
-            return
-        logger.info("executing {} {}", dispatch.action.type, action_id)
-        self._current = dispatch
-        self._jobs.put(dispatch)
-
     def _collect_done(self) -> None:
         while True:
             try:
                 dispatch, outcome, executed_at = self._done.get_nowait()
             except queue.Empty:
                 return
-            self._finish(dispatch, outcome, executed_at)
-
-    def _finish(self, dispatch: DispatchAction, outcome: ActionOutcome,
-                executed_at: float) -> None:
-        action_id = dispatch.action.action_id
-        self._current = None
-        report = build_report(dispatch, outcome, executed_at)
-        logger.info("{} done: success={} error={} warning={}", action_id, report.success,
-                    report.error, report.warning)
-        try:
-            data = self.ledger.finish(dispatch.replay_id, action_id, report)
-            newer = self._newer.pop(_key(dispatch), None)
-            if newer is not None:
-                report = readdress(report, newer)
-                data = self.ledger.queue_report(report)
-        except Exception:  # C1: the report goes out even if the disk fails us
-            logger.exception("recording {} in the ledger failed; reporting anyway", action_id)
-            data = encode(report, new_id())
-        self._send_report(report, data)
-        self._start_next()
+            self.intake.finish(dispatch, outcome, executed_at)
 
     # Reports and hello ----------------------------------------------------------------------
 
@@ -314,19 +195,9 @@ class Agent:
 
     # Startup and the loop -------------------------------------------------------------------
 
-    def _recover(self, entry: LedgerEntry) -> LedgerEntry:
-        """Started by a process that died before finishing: report it as indeterminate."""
-        logger.warning("{} ({}) was started but never finished before a restart: reporting"
-                       " it indeterminate, a person must check", entry.action_id,
-                       entry.action_type)
-        self.ledger.finish(entry.replay_id, entry.action_id, indeterminate_report(entry))
-        found = self.ledger.lookup(entry.replay_id, entry.action_id)
-        assert found is not None  # just written
-        return found
-
     def _resume_ledger(self) -> None:
         for entry in self.ledger.unfinished():
-            self._recover(entry)
+            self.intake.recover(entry)
         for entry in self.ledger.unacked():
             assert entry.outbox is not None
             try:
@@ -355,6 +226,8 @@ class Agent:
             logger.error("cannot open the ledger in {}: {}; move it away to start afresh"
                          " (its actions could then run twice)", self.data_dir, exc)
             return 2
+        self.intake = Intake(self.ledger, self.machine_id, self.service, self._jobs.put,
+                             self._send_report, lambda: self._stopping)
         in_main = threading.current_thread() is threading.main_thread()
         if in_main:
             signal.signal(signal.SIGTERM, self._on_signal)
@@ -377,9 +250,9 @@ class Agent:
                         self.ledger.path, self.instance_id)
             self._loop()
         finally:
-            if self._current is not None:
+            if self.intake.current is not None:
                 logger.warning("{} still executing at exit: it will be reported indeterminate"
-                               " after the restart", self._current.action.action_id)
+                               " after the restart", self.intake.current.action.action_id)
             self._jobs.put(None)
             if in_main:
                 signal.set_wakeup_fd(-1)
@@ -397,7 +270,7 @@ class Agent:
         beacon = Beacon.from_env()
         poller, polled = zmq.Poller(), None
         connections = 0
-        while not (self._stopping and (self._current is None
+        while not (self._stopping and (self.intake.current is None
                                        or time.monotonic() > self._grace_until)):
             if self.worker.connections != connections:
                 connections = self.worker.connections

@@ -57,18 +57,20 @@ def indeterminate_report(entry: LedgerEntry) -> ActionReport:
 
 def readdress(report: ActionReport, dispatch: DispatchAction) -> ActionReport:
     """``report`` answering a re-delivery ``dispatch`` of the same action, i.e. the same
-    ``action_id`` in the same replay (cases g, k).
+    ``action_id`` in the same replay (cases g, k), or of another action id of the same step
+    (a resume superseding it, or a stale copy of a superseded id).
 
     It keeps the original outcome and gets warning ``already_executed``, except an
     indeterminate one: claiming it executed would be a guess.
     """
-    if dispatch.attempt_id == report.attempt_id:
+    if (dispatch.attempt_id, dispatch.action.action_id) == (report.attempt_id,
+                                                            report.action_id):
         return report  # the very attempt it answers: a transport duplicate
     warning = report.warning if report.error == INDETERMINATE else ALREADY_EXECUTED
     return report.model_copy(update={
-        "attempt_id": dispatch.attempt_id, "replay_id": dispatch.replay_id,
-        "session_id": dispatch.session_id, "machine_id": dispatch.machine_id,
-        "warning": warning,
+        "action_id": dispatch.action.action_id, "attempt_id": dispatch.attempt_id,
+        "replay_id": dispatch.replay_id, "session_id": dispatch.session_id,
+        "machine_id": dispatch.machine_id, "warning": warning,
     })
 
 

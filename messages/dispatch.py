@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from messages.base import Message
 from messages.workflow import Action, TargetSpec
@@ -38,6 +38,20 @@ class DispatchAction(Message, type_name="action.dispatch"):
     attempt_id: str
     dispatch_meta: DispatchMeta
     monitor_resolution: MonitorResolution | None = None
+    supersedes: list[str] = Field(default_factory=list)
+    """Action ids of the same replay that this dispatch redoes, each of which may or may not
+    have run (a step given up by the watchdog, then resumed): one step with this one. The
+    agent must not execute this dispatch if any of them is in its ledger (it answers with
+    that outcome instead), and must not execute any of them after this one."""
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_supersedes(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when set: an agent older than the field (models forbid extra keys) keeps
+        # taking every other dispatch from a newer dispatcher.
+        data = handler(self)
+        if not self.supersedes and isinstance(data, dict):
+            data.pop("supersedes", None)
+        return data
 
 
 class ActionReceived(Message, type_name="action.received"):

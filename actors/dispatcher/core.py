@@ -22,6 +22,11 @@ Decisions (see also DESIGN.md §4):
 - Resends on agent hello / dispatcher restart count in ``dispatch_meta.resent_count`` but not
   in ``InFlight.resent_count``, the watchdog's give-up budget, which counts orphan resends only.
 - Nothing sets ``failed`` automatically: every dead end pauses for a person, who may cancel.
+- Resuming a step the watchdog gave up (``orphan_max_resends``, ``dead_client``): nobody
+  knows whether it ran, and its abandoned copies may still reach the agent. The
+  ``{base}_resume`` carries ``supersedes``, the step's abandoned ids, so that the agent's
+  ledger makes one step of them all. Other pauses come from a report: the step is known not
+  to have taken effect, or a person decided to redo it; nothing to supersede.
 """
 
 from __future__ import annotations
@@ -146,6 +151,13 @@ class DispatcherCore(Engine):
             resume_action_id = rules.resume_id(base, n)
             r.inserted.insert(0, pause.failed_action.model_copy(
                 update={"action_id": resume_action_id}))
+            if pause.reason in (rules.ORPHAN_MAX_RESENDS, rules.DEAD_CLIENT):
+                # Acked attempts are known to the agent's ledger (failed, no input): only
+                # the abandoned ones may have run or be on their way.
+                superseded = [aid for aid, res in r.resolved.items()
+                              if res.outcome == "abandoned" and rules.base_id(aid) == base]
+                if superseded:
+                    r.supersedes[resume_action_id] = superseded
         if pause.counts_step:  # the person has done this step: it counts as completed
             r.index += 1
             r.completed_actions += 1
@@ -153,7 +165,8 @@ class DispatcherCore(Engine):
         r.bump("resumes")
         tx.touch(r)
         info = {**who(r), "reason": pause.reason, "acknowledged_check_ids": ids,
-                "operator": msg.operator, "resume_action_id": resume_action_id}
+                "operator": msg.operator, "resume_action_id": resume_action_id,
+                "supersedes": r.supersedes.get(resume_action_id or "", [])}
         tx.event(events.REPLAY_RESUMED, **info)
         tx.audit("replay_resumed", **info)
         remaining = r.queue_len() + (1 if r.inflight is not None else 0)
@@ -283,6 +296,7 @@ class DispatcherCore(Engine):
         action = r.inflight.action
         self._untrack(r, tx)
         r.resolved[action.action_id] = Resolution("abandoned", msg.attempt_id)
+        r.supersedes.pop(action.action_id, None)
         r.bump("abandoned")
         period = self.config.dead_client_period_s
         r.giveup_times = [t for t in r.giveup_times if now - t <= period] + [now]
@@ -329,6 +343,7 @@ class DispatcherCore(Engine):
         action = entry.action
         self._untrack(r, tx)
         r.resolved[action.action_id] = Resolution("acked", entry.attempt_id)
+        r.supersedes.pop(action.action_id, None)
         r.bump("reports")
         if msg.warning == "already_executed":
             r.bump("already_executed")

@@ -148,12 +148,17 @@ class Engine:
         tx.touch(r)
         # Track before sending: a report can then never beat the watchdog's entry.
         tx.effects.append(TrackInFlight(r.tracked()))
+        # Every copy carries the ids it redoes: any of them may be the one the agent gets.
+        supersedes = r.supersedes.get(e.action.action_id, [])
         tx.effects.append(SendToAgent(e.machine_id, DispatchAction(
             replay_id=r.replay_id, session_id=r.session_id, machine_id=e.machine_id,
-            action=e.action, attempt_id=e.attempt_id, dispatch_meta=e.meta())))
+            action=e.action, attempt_id=e.attempt_id, dispatch_meta=e.meta(),
+            supersedes=list(supersedes))))
         info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
                 "action_type": e.action.type, "resent_count": e.resent_count,
                 "resend_reason": e.resend_reason}
+        if supersedes:
+            info["supersedes"] = list(supersedes)
         tx.event(events.ACTION_DISPATCHED, **info)
         tx.audit("action_resent" if e.resent_count else "action_dispatched", **info)
 

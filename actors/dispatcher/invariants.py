@@ -67,6 +67,10 @@ def _check_replay(r: ReplayState) -> None:
               f"completed {r.completed_actions}")
     if r.status == "completed" and r.index != r.total:
         _fail("state", f"replay {r.replay_id} completed at step {r.index}/{r.total}")
+    stray = set(r.supersedes) - set(queue) - ({e.action.action_id} if e else set())
+    if stray:
+        _fail("state", f"replay {r.replay_id} keeps supersedes of actions neither queued nor"
+              f" in flight: {sorted(stray)}")
     if e is None:
         return
     aid = e.action.action_id

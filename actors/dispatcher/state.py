@@ -3,7 +3,8 @@
 A replay's queue is not stored as a list: it is the workflow's actions from ``cursor`` on,
 preceded by ``inserted`` (the ``_retry{N}`` / ``_resume`` actions pushed at the head). The
 workflow is immutable and stored once; everything else is the small mutable part that the
-store rewrites on every transition (see :func:`mutable_dump`).
+store rewrites on every transition (see :func:`mutable_dump`), ``supersedes`` included: a
+resume dispatched again after a restart must still carry the ids it redoes.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class ReplayState:
     retry_budget: dict[str, int] = field(default_factory=dict)  # base id -> since last resume
     resumes: dict[str, int] = field(default_factory=dict)  # base id -> resumes made (naming)
     giveup_times: list[float] = field(default_factory=list)  # recent give-ups (dead client)
+    # Queued or in-flight action id -> the abandoned ids of its step it redoes (sent in
+    # DispatchAction.supersedes); dropped once that action is resolved.
+    supersedes: dict[str, list[str]] = field(default_factory=dict)
     pause: PauseInfo | None = None
     checks_acknowledged: dict[str, Any] | None = None
 
@@ -129,6 +133,7 @@ class ReplayState:
     def clear_queue(self) -> None:
         self.inserted = []
         self.cursor = self.total
+        self.supersedes = {}
 
     def bump(self, counter: str, by: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + by
@@ -177,7 +182,7 @@ def mutable_dump(r: ReplayState) -> dict[str, Any]:
         "status": r.status, "cursor": r.cursor, "inserted": [_action(a) for a in r.inserted],
         "index": r.index, "completed_actions": r.completed_actions, "counters": r.counters,
         "updated_at": r.updated_at, "retries": r.retries, "retry_budget": r.retry_budget,
-        "resumes": r.resumes, "giveup_times": r.giveup_times,
+        "resumes": r.resumes, "giveup_times": r.giveup_times, "supersedes": r.supersedes,
         "checks_acknowledged": r.checks_acknowledged,
         "inflight": None if e is None else {
             "action": _action(e.action), "attempt_id": e.attempt_id, "machine_id": e.machine_id,
@@ -201,6 +206,8 @@ def mutable_restore(r: ReplayState, m: dict[str, Any]) -> None:
     r.updated_at = m["updated_at"]
     r.retries, r.retry_budget = dict(m["retries"]), dict(m["retry_budget"])
     r.resumes, r.giveup_times = dict(m["resumes"]), list(m["giveup_times"])
+    # Absent from states stored before resumes carried the ids they redo.
+    r.supersedes = {aid: list(ids) for aid, ids in m.get("supersedes", {}).items()}
     r.checks_acknowledged = m["checks_acknowledged"]
     e, p = m["inflight"], m["pause"]
     r.inflight = None if e is None else InFlightEntry(

@@ -15,8 +15,8 @@ Example (every key optional)::
     }
 
 A rule is found for an action by, in order: its ``action_id``; its id without the
-``_retry<N>`` / ``_resume`` suffixes (so a business retry of ``step_2`` obeys ``step_2``'s
-rule); its type; ``default``. What a rule does:
+``_retry<N>`` / ``_resume`` / ``_resume<N>`` suffixes (so a business retry or a second
+resume of ``step_2`` obeys ``step_2``'s rule); its type; ``default``. What a rule does:
 
 - ``delay_s``: sleep that long first (a hang, or a slow screen); then whatever else applies.
 - ``fail``: report ``success: false`` with that error (``target_not_found``, ...), no input.
@@ -44,7 +44,7 @@ from messages.workflow import Action, ActionType
 CRASH_EXIT_CODE = 97
 """Exit status of a scenario crash (distinct from the usual 1/2, to read in logs)."""
 
-_SUFFIX = re.compile(r"(_retry\d+|_resume)$")
+_SUFFIX = re.compile(r"(_retry\d+|_resume\d*)$")
 
 
 class _Strict(BaseModel):

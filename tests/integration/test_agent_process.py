@@ -12,9 +12,11 @@ import itertools
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,13 +144,25 @@ class System:
         return self.agent.wait(20)
 
     def dispatch(self, action: dict[str, Any], attempt_id: str | None = None,
-                 replay_id: str = "replay_1") -> Message:
+                 replay_id: str = "replay_1", supersedes: list[str] | None = None) -> Message:
         d = DispatchAction(
             replay_id=replay_id, session_id="sess_1", machine_id=MACHINE,
             attempt_id=attempt_id or f"att_{next(self.attempts)}",
             dispatch_meta=DispatchMeta(first_dispatched_at=time.time()),
-            action=Action.model_validate(action))
+            action=Action.model_validate(action), supersedes=supersedes or [])
         return self.client.call(SERVICE, d, timeout_s=5.0, retries=0).body
+
+    def wait_acked(self) -> None:
+        """Until the agent has recorded the ack of every report: a stop before that would
+        (rightly) send the unacked ones again after the restart."""
+        path = self.tmp / "agent" / "ledger.sqlite3"
+
+        def acked() -> bool:
+            with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+                return db.execute("SELECT COUNT(*) FROM actions WHERE outbox IS NOT NULL"
+                                  ).fetchone() == (0,)
+
+        wait_until(acked, timeout=20)
 
     def effects(self, action_id: str) -> list[dict[str, Any]]:
         return [e for e in read_effects(self.effects_path) if e["action_id"] == action_id]
@@ -228,6 +242,7 @@ def test_the_same_step_in_another_replay_is_executed_again(system: System) -> No
     again = only(system.dispatcher.reports("step_1", "att_c"))
     assert (again.replay_id, again.success, again.warning) == (
         "replay_2", True, "already_executed")
+    system.wait_acked()
     system.kill_agent(signal.SIGTERM)
     system.start_agent()
     assert isinstance(system.dispatch(click("step_1"), "att_d", "replay_1"), ActionReceived)
@@ -305,6 +320,7 @@ def test_unacked_report_is_retried_with_backoff_until_acked(system: System) -> N
     gaps = [b.at - a.at for a, b in itertools.pairwise(copies)]
     assert gaps[0] > 0.5 and gaps[1] > 1.5, gaps
     # The third copy was acked: a restarted agent has nothing left to send.
+    system.wait_acked()
     system.kill_agent(signal.SIGTERM)
     system.start_agent()
     time.sleep(1.5)
@@ -368,3 +384,63 @@ def test_crash_after_the_input_is_never_executed_twice(system: System) -> None:
     assert isinstance(system.dispatch(click("boom"), "att_2"), ActionReceived)
     wait_until(lambda: system.dispatcher.reports("boom", "att_2"))
     assert len(system.effects("boom")) == 1
+
+
+# A resume that supersedes the abandoned ids of its step (DispatchAction.supersedes) ----------
+
+
+def test_a_resume_superseding_an_id_that_ran_is_answered_from_it(system: System) -> None:
+    system.start_agent()
+    system.dispatch(click("s0"), "att_a")  # the abandoned copy that ran after all
+    wait_until(lambda: system.dispatcher.reports("s0", "att_a"))
+    for attempt in ("att_r", "att_r2"):  # the resume, then a resend of it
+        assert isinstance(system.dispatch(click("s0_resume"), attempt, supersedes=["s0"]),
+                          ActionReceived)
+        wait_until(lambda a=attempt: system.dispatcher.reports("s0_resume", a))
+        answer = only(system.dispatcher.reports("s0_resume", attempt))
+        assert (answer.success, answer.warning, answer.replay_id) == (
+            True, "already_executed", "replay_1")
+    # Another replay's resume of the same step is its own step.
+    system.dispatch(click("s0_resume"), "att_x", "replay_2", supersedes=["s0"])
+    wait_until(lambda: system.dispatcher.reports("s0_resume", "att_x"))
+    assert only(system.dispatcher.reports("s0_resume", "att_x")).warning is None
+    time.sleep(0.5)
+    assert [e["attempt_id"] for e in read_effects(system.effects_path)] == ["att_a", "att_x"]
+
+
+def test_a_stale_copy_of_a_superseded_id_is_never_executed(system: System) -> None:
+    system.start_agent({"actions": {"s0_resume": {"delay_s": 1.5}}})
+    system.dispatch(click("s0_resume"), "att_r", supersedes=["s0", "s0_retry1"])
+    system.dispatch(click("s0"), "att_old1")  # while the resume executes: waits, answered
+    wait_until(lambda: system.dispatcher.reports("s0_resume"), timeout=20)
+    system.dispatch(click("s0_retry1"), "att_old2")  # after it
+    wait_until(lambda: system.dispatcher.reports("s0_retry1"), timeout=20)
+    system.wait_acked()
+    system.kill_agent(signal.SIGTERM)
+    system.start_agent()
+    system.dispatch(click("s0"), "att_old3")  # and after a restart
+    wait_until(lambda: system.dispatcher.reports("s0", "att_old3"), timeout=20)
+    time.sleep(0.5)
+    assert [e["action_id"] for e in read_effects(system.effects_path)] == ["s0_resume"]
+    assert only(system.dispatcher.reports("s0_resume")).warning is None
+    for action_id, attempt in (("s0", "att_old1"), ("s0_retry1", "att_old2"),
+                               ("s0", "att_old3")):
+        answer = only(system.dispatcher.reports(action_id, attempt))
+        assert (answer.success, answer.warning) == (True, "already_executed"), answer
+
+
+def test_a_resume_superseding_an_id_cut_by_a_restart_is_indeterminate(
+        system: System) -> None:
+    system.start_agent({"actions": {"s0": {"delay_s": 60}}})
+    assert isinstance(system.dispatch(click("s0"), "att_1"), ActionReceived)
+    time.sleep(0.3)
+    system.kill_agent()
+    system.start_agent()
+    wait_until(lambda: system.dispatcher.reports("s0"), timeout=20)
+    system.dispatch(click("s0_resume"), "att_r", supersedes=["s0"])
+    wait_until(lambda: system.dispatcher.reports("s0_resume"), timeout=20)
+    answer = only(system.dispatcher.reports("s0_resume"))
+    assert (answer.success, answer.error, answer.needs_human, answer.warning) == (
+        False, "indeterminate_after_restart", True, None)
+    time.sleep(0.5)
+    assert system.effects("s0") == [] and system.effects("s0_resume") == []

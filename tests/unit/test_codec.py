@@ -17,7 +17,9 @@ from messages import (
     encode,
     registered_types,
 )
+from messages.dispatch import DispatchAction, DispatchMeta
 from messages.replay import StartReplay
+from messages.workflow import Action
 
 
 def pack(obj: object) -> bytes:
@@ -126,6 +128,23 @@ def test_random_bodies_of_known_types_only_ever_raise_message_error(
         decode(pack({"v": 1, "type": type_name, "id": msg_id, "body": body}))
     except MessageError:
         pass
+
+
+def test_a_dispatch_carries_supersedes_only_when_set() -> None:
+    def dispatch(supersedes: list[str]) -> DispatchAction:
+        return DispatchAction(
+            replay_id="r", session_id="s", machine_id="m", attempt_id="a",
+            dispatch_meta=DispatchMeta(first_dispatched_at=1.0),
+            action=Action.model_validate({"action_id": "s0_resume", "type": "click"}),
+            supersedes=supersedes)
+
+    plain, resume = dispatch([]), dispatch(["s0"])
+    # Absent when empty: an agent that predates the field still takes the dispatch.
+    body = msgpack.unpackb(encode(plain, "x"), raw=False)["body"]
+    assert "supersedes" not in body and "supersedes" not in plain.model_dump(mode="json")
+    assert msgpack.unpackb(encode(resume, "y"), raw=False)["body"]["supersedes"] == ["s0"]
+    for d in (plain, resume):
+        assert decode(encode(d, "z")).body == d
 
 
 def test_ping_has_an_empty_body() -> None:

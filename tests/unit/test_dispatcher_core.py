@@ -40,6 +40,8 @@ from actors.dispatcher.state import (
     InFlightEntry,
     ReplayState,
     Resolution,
+    mutable_dump,
+    mutable_restore,
 )
 from actors.dispatcher.store import DispatcherStore
 from messages import events
@@ -970,6 +972,93 @@ def test_I6_checker_catches_a_dispatch_while_paused() -> None:
         h.core.check_invariants(d)
 
 
+# Resuming a step the watchdog gave up: the resume supersedes its abandoned ids -------------
+
+
+def ids_sent(d: Decision) -> list[tuple[str, list[str]]]:
+    return [(m.action.action_id, m.supersedes) for m in sent(d)]
+
+
+def test_resume_after_an_orphan_giveup_supersedes_the_abandoned_ids() -> None:
+    h = H()
+    rid, d0 = h.start(wf("s1", "s2"))
+    assert ids_sent(d0) == [("s1", [])]
+    h.resend(rid)
+    h.giveup(rid)
+    d = h.resume(rid)
+    assert ids_sent(d) == [("s1_resume", ["s1"])]
+    assert event(d, events.REPLAY_RESUMED)["supersedes"] == ["s1"]
+    dispatched = [a for a in of(d, AuditRecord) if a.kind == "action_dispatched"]
+    assert dispatched[0].data["supersedes"] == ["s1"]
+    # Every copy of the resume carries them: orphan resend, agent hello.
+    assert ids_sent(h.resend(rid)) == [("s1_resume", ["s1"])]
+    assert ids_sent(h.hello()) == [("s1_resume", ["s1"])]
+    # Resolved: forgotten; the next step supersedes nothing.
+    d = h.report(rid, warning="already_executed")
+    assert ids_sent(d) == [("s2", [])]
+    assert h.replay(rid).supersedes == {}
+
+
+def test_supersedes_leaves_out_acked_attempts_and_gathers_every_abandoned_one() -> None:
+    h = H()
+    rid, _ = h.start(wf("s1", "s2"))
+    # s1 failed (reported: known, no input), its retry was lost.
+    assert ids_sent(h.report(rid, success=False, error="target_not_found")) == [
+        ("s1_retry1", [])]
+    h.giveup(rid)
+    assert h.status(rid).pause_reason == "orphan_max_resends"
+    assert ids_sent(h.resume(rid)) == [("s1_resume", ["s1_retry1"])]
+    h.giveup(rid)  # lost again: two give-ups within 60 s, a dead client
+    assert h.status(rid).pause_reason == "dead_client"
+    assert ids_sent(h.resume(rid)) == [("s1_resume2", ["s1_retry1", "s1_resume"])]
+
+
+@pytest.mark.parametrize("fields", [
+    {"error": "system_dialog:uac_consent", "needs_human": True},
+    {"error": "click_failed", "warning": "wrong_window"},
+    {"error": "popup", "needs_human": True},
+    {"error": "indeterminate_after_restart", "needs_human": True},
+])
+def test_resume_after_a_reported_pause_supersedes_nothing(fields: dict[str, Any]) -> None:
+    h = H()
+    rid, _ = h.start(wf("s1", "s2"))
+    h.report(rid, success=False, **fields)
+    assert ids_sent(h.resume(rid)) == [("s1_resume", [])]
+    assert h.replay(rid).supersedes == {}
+
+
+def test_resume_after_retries_exhausted_supersedes_nothing_even_after_a_giveup() -> None:
+    h = H(DispatcherConfig(max_retries_per_action=1))
+    rid, _ = h.start(wf("s1", "s2"))
+    h.giveup(rid)
+    assert ids_sent(h.resume(rid)) == [("s1_resume", ["s1"])]
+    h.report(rid, success=False, error="target_not_found")  # s1_resume ran: known
+    h.report(rid, success=False, error="target_not_found")
+    assert h.status(rid).pause_reason == "target_not_found"
+    assert ids_sent(h.resume(rid)) == [("s1_resume2", [])]
+
+
+def test_a_step_passed_after_a_giveup_is_not_superseded_by_the_next_resume() -> None:
+    # D2: a lost wait is logged and the replay goes on; the next step's resume after its
+    # own give-up (a dead client now) supersedes only its own abandoned id.
+    h = H()
+    rid, _ = h.start(wf(act("w1", "wait"), "s2"))
+    assert ids_sent(h.giveup(rid)) == [("s2", [])]
+    h.giveup(rid)
+    assert h.status(rid).pause_reason == "dead_client"
+    assert ids_sent(h.resume(rid)) == [("s2_resume", ["s2"])]
+
+
+def test_cancel_forgets_supersedes() -> None:
+    h = H()
+    rid, _ = h.start(wf("s1", "s2"))
+    h.giveup(rid)
+    h.resume(rid)
+    assert h.replay(rid).supersedes == {"s1_resume": ["s1"]}
+    h.cancel(rid)
+    assert h.replay(rid).supersedes == {}
+
+
 # Restart (case i): round trip through a real SQLite file, then recover ----------------------
 
 
@@ -1009,6 +1098,34 @@ def test_case_i_dispatcher_restart_resends_in_flight_from_the_store(tmp_path: Pa
     assert [m.action.action_id for m in sent(d)] == ["t2"]
     _persisted(h2, store)
     store.close()
+
+
+def test_supersedes_survive_a_restart_from_the_store(tmp_path: Path) -> None:
+    h = H()
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    rid, _ = h.start(wf("s1", "s2"))
+    h.giveup(rid)
+    assert ids_sent(h.resume(rid)) == [("s1_resume", ["s1"])]
+    _persisted(h, store)
+    store.close()
+
+    store = DispatcherStore(tmp_path / "d.sqlite3")
+    h2 = H(state=store.load(), first_id=h.n, now=h.now + 10)
+    assert h2.replay(rid).supersedes == {"s1_resume": ["s1"]}
+    d = h2.do(h2.core.recover(h2.now))
+    assert ids_sent(d) == [("s1_resume", ["s1"])]
+    _persisted(h2, store)
+    store.close()
+
+
+def test_a_state_stored_before_supersedes_restores_without_them() -> None:
+    h = H()
+    rid, _ = h.start(wf("s1"))
+    r = h.replay(rid)
+    m = mutable_dump(r)
+    del m["supersedes"]
+    mutable_restore(r, m)
+    assert r.supersedes == {}
 
 
 # Property: random sequences of inputs keep every invariant, across restarts ----------------

@@ -32,13 +32,15 @@ from tests.conftest import ROOT
 
 
 def dispatch(action_id: str = "step_1", attempt_id: str = "att_1",
-             type_: str = "click", replay_id: str = "replay_1") -> DispatchAction:
+             type_: str = "click", replay_id: str = "replay_1",
+             supersedes: list[str] | None = None) -> DispatchAction:
     params = {"duration_ms": 10} if type_ == "wait" else {}
     return DispatchAction(
         replay_id=replay_id, session_id="sess_1", machine_id="M1", attempt_id=attempt_id,
         dispatch_meta=DispatchMeta(first_dispatched_at=time.time()),
         action=Action.model_validate({"action_id": action_id, "type": type_,
-                                      "parameters": params}))
+                                      "parameters": params}),
+        supersedes=supersedes or [])
 
 
 def report(d: DispatchAction, success: bool = True, **fields: object) -> ActionReport:
@@ -215,7 +217,7 @@ def test_a_ledger_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     db.execute("INSERT INTO actions (action_id, attempt_id) VALUES ('step_1', 'att_1')")
     db.commit()
     db.close()
-    with pytest.raises(LedgerVersionError, match=r"unversioned .*version 2 only"):
+    with pytest.raises(LedgerVersionError, match=r"unversioned .*versions 2 and 3 only"):
         Ledger(old)
     db = sqlite3.connect(old)
     assert db.execute("SELECT action_id FROM actions").fetchall() == [("step_1",)]
@@ -237,6 +239,138 @@ def test_a_ledger_of_another_schema_version_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(LedgerVersionError, match=f"a version {SCHEMA_VERSION + 1} ledger"):
         Ledger(path)
+
+
+def test_a_version_2_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE actions (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, replay_id TEXT NOT NULL,
+            action_id TEXT NOT NULL, attempt_id TEXT NOT NULL, session_id TEXT NOT NULL,
+            machine_id TEXT NOT NULL, action_type TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('started', 'finished')),
+            started_at REAL NOT NULL, finished_at REAL, report BLOB, outbox BLOB,
+            outbox_attempt TEXT, acked_at REAL, UNIQUE (replay_id, action_id));
+        CREATE INDEX actions_state ON actions (state);
+        INSERT INTO actions (replay_id, action_id, attempt_id, session_id, machine_id,
+            action_type, state, started_at) VALUES
+            ('replay_1', 'step_1', 'att_1', 'sess_1', 'M1', 'click', 'started', 1.0);
+        PRAGMA user_version = 2;
+    """)
+    db.close()
+    ledger = Ledger(path)
+    (entry,) = ledger.unfinished()  # the started mark is kept: it will be reported
+    assert (entry.action_id, entry.answered_by) == ("step_1", None)
+    ledger.begin(dispatch("step_2", "att_2", supersedes=["step_0"]))
+    assert ledger.resolve("replay_1", "step_0") == ledger.lookup("replay_1", "step_2")
+    ledger.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    db.close()
+
+
+# A resume superseding the abandoned ids of its step ------------------------------------------
+
+
+def test_begin_records_the_superseded_ids_as_aliases_of_the_execution(ledger: Ledger) -> None:
+    d = dispatch("s0_resume2", "att_r", supersedes=["s0", "s0_resume", "s0"])
+    ledger.begin(d)
+    owner = ledger.lookup("replay_1", "s0_resume2")
+    assert owner is not None and owner.state == "started" and owner.answered_by is None
+    for alias in ("s0", "s0_resume"):
+        entry = ledger.lookup("replay_1", alias)
+        assert entry is not None and entry.answered_by == "s0_resume2"
+        assert entry.report is None and entry.outbox is None
+        assert ledger.resolve("replay_1", alias) == owner  # answered by that execution
+    assert ledger.resolve("replay_1", "s0_resume2") == owner
+    assert ledger.resolve("replay_2", "s0") is None  # another replay's step is its own
+    assert len(ledger) == 1  # aliases are not executions
+    assert [e.action_id for e in ledger.unfinished()] == ["s0_resume2"]
+    # A superseded id is never begun after its resume, nor its alias finished.
+    with pytest.raises(LedgerConflict):
+        ledger.begin(dispatch("s0", "att_old"))
+    with pytest.raises(KeyError, match="alias"):
+        ledger.finish("replay_1", "s0", report(dispatch("s0", "att_old")))
+    ledger.finish("replay_1", "s0_resume2", report(d))
+    owner = ledger.lookup("replay_1", "s0_resume2")
+    assert owner is not None and ledger.resolve("replay_1", "s0") == owner
+
+
+def test_begin_with_a_superseded_id_already_there_records_nothing(ledger: Ledger) -> None:
+    ledger.begin(dispatch("s0"))
+    with pytest.raises(LedgerConflict, match="s0"):
+        ledger.begin(dispatch("s0_resume", "att_r", supersedes=["s0"]))
+    assert ledger.lookup("replay_1", "s0_resume") is None  # one transaction: all or nothing
+
+
+def test_a_stale_copy_of_a_superseded_id_is_answered_through_its_alias(ledger: Ledger) -> None:
+    d = dispatch("s0_resume", "att_r", supersedes=["s0"])
+    ledger.begin(d)
+    done = report(d)
+    ledger.finish("replay_1", "s0_resume", done)
+    assert ledger.acked("replay_1", "s0_resume", "att_r")
+    stale = dispatch("s0", "att_old")
+    owner = ledger.resolve("replay_1", "s0")
+    assert owner is not None and owner.report is not None
+    answer = readdress(decode_report(owner.report)[1], stale)
+    assert (answer.action_id, answer.attempt_id, answer.success, answer.warning) == (
+        "s0", "att_old", True, ALREADY_EXECUTED)
+    ledger.queue_report(answer, answered_by="s0_resume")
+    alias = ledger.lookup("replay_1", "s0")
+    assert alias is not None and alias.answered_by == "s0_resume"
+    assert alias.outbox_attempt == "att_old"
+    assert [e.action_id for e in ledger.unacked()] == ["s0"]
+    assert ledger.acked("replay_1", "s0", "att_old")
+    assert ledger.unacked() == []
+
+
+def test_a_resume_answered_from_a_superseded_execution_gets_an_alias(ledger: Ledger) -> None:
+    # The abandoned s0 ran after all; the resume is answered with its outcome.
+    old = dispatch("s0", "att_old")
+    ledger.begin(old)
+    ledger.finish("replay_1", "s0", report(old, success=False, error="target_not_found"))
+    resume = dispatch("s0_resume", "att_r", supersedes=["s0"])
+    assert ledger.lookup("replay_1", "s0_resume") is None
+    owner = ledger.resolve("replay_1", "s0")
+    assert owner is not None and owner.report is not None
+    answer = readdress(decode_report(owner.report)[1], resume)
+    assert (answer.action_id, answer.error, answer.warning) == (
+        "s0_resume", "target_not_found", ALREADY_EXECUTED)
+    ledger.queue_report(answer, answered_by="s0")
+    # A re-delivery of s0_resume (the dispatcher restarted) now resolves by its own id.
+    assert ledger.resolve("replay_1", "s0_resume") == ledger.lookup("replay_1", "s0")
+    alias = ledger.lookup("replay_1", "s0_resume")
+    assert alias is not None and alias.outbox_attempt == "att_r"
+    with pytest.raises(KeyError):  # the alias of an action the ledger does not hold
+        ledger.queue_report(readdress(answer, dispatch("s9_resume", "att_9")),
+                            answered_by="s9")
+
+
+def test_aliases_are_evicted_with_their_execution_never_before(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "l.sqlite3", capacity=3)
+    first = dispatch("s0_resume", "att_r", supersedes=["s0", "s0_retry1"])
+    ledger.begin(first)
+    ledger.finish("replay_1", "s0_resume", report(first))
+    assert ledger.acked("replay_1", "s0_resume", "att_r")
+    stale = readdress(report(first), dispatch("s0", "att_old"))
+    ledger.queue_report(stale, answered_by="s0_resume")  # unacked: holds its execution
+    for i in range(1, 5):
+        d = dispatch(f"s{i}", f"att_{i}")
+        ledger.begin(d)
+        ledger.finish("replay_1", d.action.action_id, report(d))
+        assert ledger.acked("replay_1", d.action.action_id, d.attempt_id)
+    assert ledger.resolve("replay_1", "s0") is not None  # kept past the bound
+    assert ledger.resolve("replay_1", "s0_retry1") is not None
+    assert len(ledger) == 3  # the bound, kept by evicting s1 and s2 instead
+    assert ledger.lookup("replay_1", "s1") is None
+    assert ledger.acked("replay_1", "s0", "att_old")
+    d = dispatch("s5", "att_5")
+    ledger.begin(d)
+    for gone in ("s0_resume", "s0", "s0_retry1", "s1", "s2"):
+        assert ledger.lookup("replay_1", gone) is None, gone
+    assert [r[0] for r in ledger._db.execute(
+        "SELECT action_id FROM actions ORDER BY seq")] == ["s3", "s4", "s5"]
 
 
 def test_started_mark_survives_a_kill_right_after_begin(tmp_path: Path) -> None:
@@ -263,6 +397,15 @@ def test_readdress_keeps_the_outcome_for_the_new_attempt() -> None:
     assert (again.success, again.error, again.warning) == (False, "target_not_found",
                                                            ALREADY_EXECUTED)
     assert readdress(original, d1) is original  # same attempt: a transport duplicate
+
+
+def test_readdress_to_another_id_of_the_step() -> None:
+    d = dispatch("s0_resume", "att_r")
+    done = report(d, success=True)
+    stale = readdress(done, dispatch("s0", "att_r"))  # same attempt id, another action
+    assert (stale.action_id, stale.attempt_id, stale.warning) == (
+        "s0", "att_r", ALREADY_EXECUTED)
+    assert readdress(done, d) is done
 
 
 def test_indeterminate_report_asks_for_a_person(ledger: Ledger) -> None:

@@ -158,6 +158,21 @@ def test_scenario_fails_n_times_then_succeeds_across_business_retries(tmp_path: 
     assert h.effect_ids() == ["step_3_retry2"]
 
 
+@pytest.mark.parametrize("action_id", ["step_3_retry12", "step_3_resume", "step_3_resume2",
+                                       "step_3_resume17"])
+def test_a_step_rule_applies_to_its_retries_and_every_resume(action_id: str) -> None:
+    scenario = Scenario.model_validate({"actions": {"step_3": {"fail": "target_not_found"},
+                                                    "step_3_resume3": {"delay_s": 1}}})
+    rule = scenario.rule_for(Action.model_validate({"action_id": action_id, "type": "click"}))
+    assert rule is not None and rule[0] == "action:step_3"
+    own = scenario.rule_for(Action.model_validate({"action_id": "step_3_resume3",
+                                                   "type": "click"}))
+    assert own is not None and own[0] == "action:step_3_resume3"  # its own rule first
+    other = scenario.rule_for(Action.model_validate({"action_id": "step_30_resume2",
+                                                     "type": "click"}))
+    assert other is None
+
+
 def test_scenario_system_dialog_blocks_until_a_person_acts(tmp_path: Path) -> None:
     h = Harness(tmp_path, {"actions": {"s": {"system_dialog": "uac_consent", "times": 1}}})
     out = h.run(click("Valider", "s"))

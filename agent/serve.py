@@ -1,0 +1,192 @@
+"""What the agent does with each dispatch: execute it, queue it, or answer it from the ledger.
+
+:class:`Intake` owns the action executing, the queue behind it and the ledger decisions; the
+agent process (process.py) owns the sockets, the loop and the execution thread, and calls in
+from its main loop only (one thread).
+
+A dispatch is one step with every action id of it the ledger knows: its own id, an id it
+``supersedes`` (a resume of a step the watchdog gave up, whose abandoned copies may or may
+not have run), or an id that superseded it (it is such a stale copy). If one of them ran,
+the dispatch is answered with that outcome re-addressed to it (``already_executed``, or the
+indeterminate report if that run was cut by a restart) and not executed. If one is
+executing right now, the dispatch waits in the queue and is answered once it is done.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from collections.abc import Callable
+
+from loguru import logger
+
+from agent.executors.base import ActionOutcome
+from agent.ledger import Ledger, LedgerConflict, LedgerEntry, decode_report
+from agent.reports import build_report, indeterminate_report, readdress
+from messages.base import Message
+from messages.codec import encode, new_id
+from messages.control import ErrorReply
+from messages.dispatch import ActionReceived, ActionReport, DispatchAction
+
+MAX_QUEUED = 64
+"""Actions received while another executes; past this a dispatch is refused (``busy``)."""
+
+Key = tuple[str, str]
+"""``(replay_id, action_id)``: what identifies an action to the agent and its ledger."""
+SendReport = Callable[[ActionReport, bytes], None]
+"""Send a report (its encoded bytes, as kept in the ledger) until the dispatcher acks it."""
+
+
+def key(dispatch: DispatchAction) -> Key:
+    return dispatch.replay_id, dispatch.action.action_id
+
+
+class Intake:
+    """Dispatches in, executions out (to ``execute``), reports out (to ``send``)."""
+
+    def __init__(self, ledger: Ledger, machine_id: str, service: str,
+                 execute: Callable[[DispatchAction], None], send: SendReport,
+                 stopping: Callable[[], bool]) -> None:
+        self.ledger = ledger
+        self.machine_id = machine_id
+        self.service = service
+        self._execute = execute
+        self._send = send
+        self._stopping = stopping
+        self.current: DispatchAction | None = None
+        self.queued: deque[DispatchAction] = deque()
+        self._newer: dict[Key, DispatchAction] = {}  # re-deliveries seen while in progress
+
+    def on_dispatch(self, dispatch: DispatchAction) -> Message:
+        """The reply to a dispatch (ActionReceived, or an ErrorReply refusing it)."""
+        action_id = dispatch.action.action_id
+        if dispatch.machine_id != self.machine_id:
+            logger.warning("refused {}: addressed to machine {!r}", action_id,
+                           dispatch.machine_id)
+            return ErrorReply(code="wrong_machine",
+                              message=f"this is agent {self.machine_id!r}, "
+                                      f"not {dispatch.machine_id!r}")
+        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id)
+        k = key(dispatch)
+        in_progress = [d for d in (self.current, *self.queued) if d is not None and key(d) == k]
+        if in_progress:
+            # Executing (or about to): its report will come. Remember the newest attempt so
+            # that report is re-addressed to it rather than land as stale.
+            logger.warning("{} re-delivered (attempt {}, replay {}) while in progress: not"
+                           " executed again", action_id, dispatch.attempt_id,
+                           dispatch.replay_id)
+            if dispatch.attempt_id != in_progress[0].attempt_id:
+                self._newer[k] = dispatch
+            return received
+        owner = self._answering(dispatch)
+        if owner is not None and not self._executing(owner):
+            self._answer(owner, dispatch)
+            return received
+        if owner is not None:
+            logger.warning("{} (attempt {}) is one step with {}, executing: answered from it"
+                           " once done, not executed", action_id, dispatch.attempt_id,
+                           owner.action_id)
+        # New, or another id of its step executes right now: it waits its turn, and is
+        # answered then from that execution's outcome.
+        if self._stopping():
+            return ErrorReply(code="shutting_down", message=f"{self.service} is stopping")
+        if len(self.queued) >= MAX_QUEUED:
+            return ErrorReply(code="busy", message=f"{len(self.queued)} actions queued")
+        logger.info("received {} {} (attempt {}, replay {}{})", dispatch.action.type,
+                    action_id, dispatch.attempt_id, dispatch.replay_id,
+                    f", supersedes {dispatch.supersedes}" if dispatch.supersedes else "")
+        self.queued.append(dispatch)
+        # Started before the reply goes: an ActionReceived for an idle agent means the
+        # action is marked started on disk.
+        self.start_next()
+        return received
+
+    def _answering(self, dispatch: DispatchAction) -> LedgerEntry | None:
+        """The ledger row of the execution that stands for ``dispatch``'s step, if any: of
+        its own id (or the id it is an alias of), else of an id it supersedes."""
+        for action_id in (dispatch.action.action_id, *dispatch.supersedes):
+            owner = self.ledger.resolve(dispatch.replay_id, action_id)
+            if owner is not None:
+                return owner
+        return None
+
+    def _executing(self, entry: LedgerEntry) -> bool:
+        return self.current is not None and key(self.current) == entry.key
+
+    def _answer(self, owner: LedgerEntry, dispatch: DispatchAction) -> None:
+        """Answer ``dispatch`` with the outcome of ``owner``'s execution, re-addressed (cases
+        g, k; or another id of the same step), instead of executing it."""
+        if not owner.finished:  # started by an earlier process: only at startup normally
+            owner = self.recover(owner)
+        own = owner.key == key(dispatch)
+        row = owner if own else self.ledger.lookup(*key(dispatch))
+        action_id = dispatch.action.action_id
+        if (row is not None and row.outbox is not None
+                and row.outbox_attempt == dispatch.attempt_id):
+            logger.info("{} attempt {} re-delivered: its report is on its way", action_id,
+                        dispatch.attempt_id)
+            return
+        if owner.report is None:
+            logger.error("{} is finished in the ledger without a report", owner.action_id)
+            return
+        _msg_id, original = decode_report(owner.report)
+        report = readdress(original, dispatch)
+        logger.warning("{} already handled{} (attempt {}, {}): not executed again, answering"
+                       " attempt {} with its report", action_id,
+                       "" if own else f" as {owner.action_id}", owner.attempt_id,
+                       original.error or "done", dispatch.attempt_id)
+        self._send(report, self.ledger.queue_report(
+            report, answered_by=None if own else owner.action_id))
+
+    def start_next(self) -> None:
+        """Begin the next queued dispatch, unless one executes; answer those whose step ran
+        meanwhile (another id of it, queued before) without executing them."""
+        while self.current is None and self.queued and not self._stopping():
+            dispatch = self.queued.popleft()
+            owner = self._answering(dispatch)
+            if owner is not None:
+                self._answer(owner, self._newer.pop(key(dispatch), dispatch))
+                continue
+            try:
+                self.ledger.begin(dispatch)  # durable before any input (D5)
+            except (sqlite3.Error, LedgerConflict) as exc:
+                # Without the started mark we cannot promise exactly-once: do not execute.
+                # (A conflict cannot happen, _answering just looked: a bug, never run blind.)
+                logger.exception("ledger write failed for {}", dispatch.action.action_id)
+                report = build_report(dispatch, ActionOutcome.failure(
+                    f"ledger_error:{exc}"[:300], needs_human=True))
+                self._send(report, encode(report, new_id()))
+                continue
+            logger.info("executing {} {}", dispatch.action.type, dispatch.action.action_id)
+            self.current = dispatch
+            self._execute(dispatch)
+
+    def finish(self, dispatch: DispatchAction, outcome: ActionOutcome,
+               executed_at: float) -> None:
+        """The execution of ``dispatch`` ended: record and send its report, start the next."""
+        action_id = dispatch.action.action_id
+        self.current = None
+        report = build_report(dispatch, outcome, executed_at)
+        logger.info("{} done: success={} error={} warning={}", action_id, report.success,
+                    report.error, report.warning)
+        try:
+            data = self.ledger.finish(dispatch.replay_id, action_id, report)
+            newer = self._newer.pop(key(dispatch), None)
+            if newer is not None:
+                report = readdress(report, newer)
+                data = self.ledger.queue_report(report)
+        except Exception:  # C1: the report goes out even if the disk fails us
+            logger.exception("recording {} in the ledger failed; reporting anyway", action_id)
+            data = encode(report, new_id())
+        self._send(report, data)
+        self.start_next()
+
+    def recover(self, entry: LedgerEntry) -> LedgerEntry:
+        """Started by a process that died before finishing: report it as indeterminate."""
+        logger.warning("{} ({}) was started but never finished before a restart: reporting"
+                       " it indeterminate, a person must check", entry.action_id,
+                       entry.action_type)
+        self.ledger.finish(entry.replay_id, entry.action_id, indeterminate_report(entry))
+        found = self.ledger.lookup(*entry.key)
+        assert found is not None  # just written
+        return found

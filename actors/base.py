@@ -22,10 +22,10 @@ from loguru import logger
 from broker.bus import Publisher
 from broker.client import Callback, Client
 from broker.config import Settings
-from broker.worker import Request, Worker
+from broker.worker import Request, Worker, answer
 from messages import events
 from messages.base import Message
-from messages.codec import MessageError, decode, encode
+from messages.codec import Envelope
 from messages.control import ErrorReply, Ping, Pong
 from supervision.liveness import Beacon
 
@@ -103,29 +103,19 @@ class Actor:
 
     def serve(self, request: Request) -> bytes:
         """The encoded reply to one request; never raises."""
-        msg_id: str | None = None
-        try:
-            if len(request.body) != 1:
-                raise MessageError("not_envelope",
-                                   f"expected 1 body frame, got {len(request.body)}")
-            envelope = decode(request.body[0], limit=self.settings.max_message_bytes)
-            msg_id = envelope.id
-            handler = self._handlers.get(type(envelope.body))
-            if handler is None:
-                return encode(ErrorReply(
-                    code="unsupported_type",
-                    message=f"{self.service} does not handle {envelope.type!r}"), msg_id)
-            return encode(handler(envelope.body, Incoming(envelope.id, request.client)), msg_id)
-        except MessageError as exc:
-            self.publish(events.BAD_MESSAGE, service=self.service, reason=exc.code,
-                         detail=exc.detail[:500])
-            return encode(ErrorReply(code="bad_message", message=str(exc)[:1000],
-                                     detail={"reason": exc.code}), exc.msg_id)
-        except Exception as exc:  # a handler bug must not take the actor down
-            logger.exception("{}: handler failed", self.service)
-            self.publish(events.BAD_MESSAGE, service=self.service, reason="internal_error",
-                         detail=repr(exc)[:500])
-            return encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]), msg_id)
+        return answer(request, lambda envelope: self._dispatch(envelope, request.client),
+                      self.settings.max_message_bytes, self._refused)
+
+    def _dispatch(self, envelope: Envelope[Message], client: bytes) -> Message:
+        handler = self._handlers.get(type(envelope.body))
+        if handler is None:
+            return ErrorReply(code="unsupported_type",
+                              message=f"{self.service} does not handle {envelope.type!r}")
+        return handler(envelope.body, Incoming(envelope.id, client))
+
+    def _refused(self, reason: str, detail: str) -> None:
+        self.publish(events.BAD_MESSAGE, service=self.service, reason=reason,
+                     detail=detail[:500])
 
     def _stop(self, signum: int, _frame: FrameType | None) -> None:
         logger.info("{}: got signal {}, stopping", self.service, signal.Signals(signum).name)

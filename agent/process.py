@@ -44,9 +44,9 @@ from agent.reports import Retrying
 from agent.serve import Intake
 from broker.client import Client
 from broker.config import Settings
-from broker.worker import Request, Worker
+from broker.worker import Request, Worker, answer
 from messages.base import Message
-from messages.codec import MessageError, decode, encode, new_id
+from messages.codec import Envelope, MessageError, decode, new_id
 from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import ActionReport, AgentHello, DispatchAction, ReportAck
 from supervision.liveness import Beacon
@@ -119,32 +119,21 @@ class Agent:
 
     def _serve(self, request: Request) -> bytes:
         """The encoded reply to one request; never raises."""
-        msg_id: str | None = None
-        try:
-            if len(request.body) != 1:
-                raise MessageError("not_envelope",
-                                   f"expected 1 body frame, got {len(request.body)}")
-            envelope = decode(request.body[0], limit=self.settings.max_message_bytes)
-            msg_id = envelope.id
-            body = envelope.body
-            reply: Message
-            if isinstance(body, DispatchAction):
-                reply = self.intake.on_dispatch(body)
-            elif isinstance(body, Ping):
-                reply = Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
-            else:
-                logger.warning("refused a {!r} request: agents only take action.dispatch",
-                               envelope.type)
-                reply = ErrorReply(code="unsupported_type",
-                                   message=f"{self.service} does not handle {envelope.type!r}")
-            return encode(reply, msg_id)
-        except MessageError as exc:
-            logger.warning("refused a malformed request: {}", str(exc)[:300])
-            return encode(ErrorReply(code="bad_message", message=str(exc)[:1000],
-                                     detail={"reason": exc.code}), exc.msg_id)
-        except Exception as exc:  # a bug here must not take the agent down
-            logger.exception("serving a request failed")
-            return encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]), msg_id)
+        return answer(request, self._dispatch, self.settings.max_message_bytes, self._refused)
+
+    def _dispatch(self, envelope: Envelope[Message]) -> Message:
+        body = envelope.body
+        if isinstance(body, DispatchAction):
+            return self.intake.on_dispatch(body)
+        if isinstance(body, Ping):
+            return Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
+        logger.warning("refused a {!r} request: agents only take action.dispatch", envelope.type)
+        return ErrorReply(code="unsupported_type",
+                          message=f"{self.service} does not handle {envelope.type!r}")
+
+    @staticmethod
+    def _refused(reason: str, detail: str) -> None:
+        logger.warning("refused a malformed request: {} {}", reason, detail[:300])
 
     def _collect_done(self) -> None:
         while True:

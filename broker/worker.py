@@ -17,6 +17,9 @@ import zmq
 from loguru import logger
 
 from broker import mdp
+from messages.base import Message
+from messages.codec import Envelope, MessageError, decode, encode
+from messages.control import ErrorReply
 
 SocketSetup = Callable[["zmq.Socket[bytes]"], None]
 
@@ -120,3 +123,28 @@ class Worker:
         with contextlib.suppress(zmq.ZMQError):
             self.socket.send_multipart(mdp.disconnect(), zmq.NOBLOCK)
         self.socket.close(linger=100)
+
+
+def answer(request: Request, handler: Callable[[Envelope[Message]], Message], limit: int,
+           on_refused: Callable[[str, str], None]) -> bytes:
+    """The encoded reply to one request: the handler's answer, or an ErrorReply; never raises.
+
+    ``on_refused(reason, detail)`` is told of every refusal (to publish or log it): a body that
+    is not exactly one valid message is ``bad_message``; a handler that raises is
+    ``internal_error``, and the worker goes on.
+    """
+    msg_id: str | None = None
+    try:
+        if len(request.body) != 1:
+            raise MessageError("not_envelope", f"expected 1 body frame, got {len(request.body)}")
+        envelope = decode(request.body[0], limit=limit)
+        msg_id = envelope.id
+        return encode(handler(envelope), msg_id)
+    except MessageError as exc:
+        on_refused(exc.code, exc.detail)
+        return encode(ErrorReply(code="bad_message", message=str(exc)[:1000],
+                                 detail={"reason": exc.code}), exc.msg_id)
+    except Exception as exc:  # a handler bug must not take the process down
+        logger.exception("serving a request failed")
+        on_refused("internal_error", repr(exc))
+        return encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]), msg_id)

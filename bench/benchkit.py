@@ -30,10 +30,10 @@ from loguru import logger  # noqa: E402
 
 from actors import ACTORS  # noqa: E402
 from broker import mdp  # noqa: E402
-from broker.client import CallFailed, SyncClient  # noqa: E402
+from broker.client import SyncClient  # noqa: E402
 from broker.worker import Worker  # noqa: E402
+from cli.ping import service_pid  # noqa: E402
 from messages.codec import encode  # noqa: E402
-from messages.control import Ping, Pong  # noqa: E402
 from messages.dispatch import DispatchAction, DispatchMeta  # noqa: E402
 from messages.workflow import Action, Workflow  # noqa: E402
 from supervision.tree import child_pid  # noqa: E402
@@ -201,11 +201,7 @@ class Tree:
                                f"see {self.tmp}/tree.log")
 
     def pid(self, service: str, timeout_s: float = 0.5) -> int | None:
-        try:
-            reply = self.client.call(service, Ping(), timeout_s=timeout_s, retries=0)
-        except CallFailed:
-            return None
-        return reply.body.pid if isinstance(reply.body, Pong) else None
+        return service_pid(self.client, service, timeout_s)
 
     def child_pid(self, name: str) -> int:
         """The pid of the supervisor's child ``name`` (``broker`` or an actor)."""

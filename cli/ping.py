@@ -11,6 +11,15 @@ from broker.config import Settings
 from messages.control import Ping, Pong
 
 
+def service_pid(client: SyncClient, service: str, timeout_s: float = 0.5) -> int | None:
+    """The pid of the process serving ``service`` (from its Pong), or None if none answers."""
+    try:
+        reply = client.call(service, Ping(), timeout_s=timeout_s, retries=0)
+    except CallFailed:
+        return None
+    return reply.body.pid if isinstance(reply.body, Pong) else None
+
+
 def ping_service(client: SyncClient, service: str, timeout_s: float) -> dict[str, object]:
     """One row: service, status (ok | missing | no_reply | error), rtt_ms, pid."""
     row: dict[str, object] = {"service": service, "status": "ok", "rtt_ms": None, "pid": None}

@@ -17,9 +17,8 @@ from typing import Any
 from actors import ACTORS
 from agent.effects import read_effects
 from broker.client import CallFailed, SyncClient
-from messages import Pong
+from cli.ping import service_pid
 from messages.base import Message
-from messages.control import Ping
 from messages.dispatch import InFlightList, ListInFlight
 from messages.replay import (
     GetReplayStatus,
@@ -115,11 +114,7 @@ class System:
     # Processes -------------------------------------------------------------------------------
 
     def pid(self, service: str) -> int | None:
-        try:
-            reply = self.client.call(service, Ping(), timeout_s=0.5, retries=0)
-        except CallFailed:
-            return None
-        return reply.body.pid if isinstance(reply.body, Pong) else None
+        return service_pid(self.client, service, 0.5)
 
     def child_pid(self, name: str) -> int:
         """The pid of the supervisor's child ``name`` (``broker`` or an actor)."""

@@ -13,23 +13,14 @@ from pathlib import Path
 import pytest
 
 from actors import ACTORS
-from broker.client import CallFailed, SyncClient
-from messages import Pong
-from messages.control import Ping
+from broker.client import SyncClient
+from cli.ping import service_pid
 from supervision.tree import child_pid
 from tests.conftest import Spawn, python_argv, wait_until
 
 
-def pong_pid(client: SyncClient, service: str) -> int | None:
-    try:
-        reply = client.call(service, Ping(), timeout_s=0.5, retries=0)
-    except CallFailed:
-        return None
-    return reply.body.pid if isinstance(reply.body, Pong) else None
-
-
 def all_pids(client: SyncClient) -> dict[str, int | None]:
-    return {name: pong_pid(client, name) for name in ACTORS}
+    return {name: service_pid(client, name) for name in ACTORS}
 
 
 def broker_pid(tree: subprocess.Popen[bytes]) -> int | None:
@@ -69,7 +60,7 @@ def test_kill_9_each_actor_in_turn(tree: Tree) -> None:
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        wait_until(lambda n=name, v=victim: pong_pid(tree.client, n) not in (None, v),
+        wait_until(lambda n=name, v=victim: service_pid(tree.client, n) not in (None, v),
                    timeout=10)
         back_after = time.monotonic() - killed_at
         assert back_after < 3.0, f"{name} answered ping {back_after:.2f}s after kill -9"
@@ -90,7 +81,7 @@ def test_a_frozen_actor_is_detected_and_replaced(tree: Tree) -> None:
     victim = tree.pids["loop_detector"]
     assert victim is not None
     os.kill(victim, signal.SIGSTOP)
-    wait_until(lambda: pong_pid(tree.client, "loop_detector") not in (None, victim), timeout=15)
+    wait_until(lambda: service_pid(tree.client, "loop_detector") not in (None, victim), timeout=15)
     wait_until(lambda: any(e["data"]["reason"] == "hung"  # type: ignore[index]
                            for e in tree.events("lea:actor_exited")))
     with pytest.raises(ProcessLookupError):
@@ -116,7 +107,7 @@ def test_crash_loop_stops_the_tree_with_non_zero_exit(
     env = dict(lea_env, LEA_RESTART_INTENSITY="3", LEA_RESTART_PERIOD_S="60")
     tree = Tree(spawn, env, tmp_path)
     for _ in range(10):
-        pid = pong_pid(tree.client, "safety_checks")
+        pid = service_pid(tree.client, "safety_checks")
         if tree.proc.poll() is not None:
             break
         if pid is not None:

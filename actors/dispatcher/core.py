@@ -93,7 +93,7 @@ class DispatcherCore(Engine):
                         operator=msg.operator, seq=self.state.next_seq, created_at=now,
                         updated_at=now)
         self.state.next_seq += 1
-        self.replays[replay_id] = r
+        self._add(r)
         tx.touch(r)
         owner = self._owner(r.session_id)
         waiting_for = owner.replay_id if owner is not None and owner is not r else None

@@ -80,6 +80,11 @@ class Engine:
         self._by_attempt: dict[str, str] = {
             r.inflight.attempt_id: r.replay_id
             for r in self.state.replays.values() if r.inflight is not None}
+        # session_id -> its replays in memory, oldest first: the session's owner is looked up
+        # at every step, and a scan of every replay (1,000 finished ones kept) cost more.
+        self._sessions: dict[str, list[ReplayState]] = {}
+        for r in sorted(self.state.replays.values(), key=lambda r: r.seq):
+            self._sessions.setdefault(r.session_id, []).append(r)
 
     @property
     def replays(self) -> dict[str, ReplayState]:
@@ -214,13 +219,14 @@ class Engine:
     def _active(self) -> list[ReplayState]:
         return sorted((r for r in self.replays.values() if r.active), key=lambda r: r.seq)
 
+    def _add(self, r: ReplayState) -> None:
+        """A new replay, the newest of its session."""
+        self.replays[r.replay_id] = r
+        self._sessions.setdefault(r.session_id, []).append(r)
+
     def _owner(self, session_id: str) -> ReplayState | None:
         """The replay whose turn it is on a session: the oldest one not finished."""
-        owner: ReplayState | None = None
-        for r in self.replays.values():
-            if r.session_id == session_id and r.active and (owner is None or r.seq < owner.seq):
-                owner = r
-        return owner
+        return next((r for r in self._sessions.get(session_id, ()) if r.active), None)
 
     def _current(self, action_id: str, attempt_id: str) -> ReplayState | None:
         """The replay whose in-flight action is exactly this attempt (I5), or None."""
@@ -235,3 +241,7 @@ class Engine:
         done = sorted((r for r in self.replays.values() if not r.active), key=lambda r: r.seq)
         for r in done[:max(0, len(done) - self.config.max_finished_replays)]:
             del self.replays[r.replay_id]
+            session = self._sessions[r.session_id]
+            session.remove(r)
+            if not session:
+                del self._sessions[r.session_id]

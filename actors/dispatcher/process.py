@@ -1,9 +1,9 @@
 """The dispatcher actor process: the thin shell around :class:`DispatcherCore`.
 
-For every request: decode, call the core, commit the changed replays and the effects in one
-SQLite transaction (the outbox), reply, then perform the effects. A crash between commit and
-perform re-performs the pending outbox at start; receivers dedupe (the agent by its ledger,
-the watchdog by attempt). On start the in-flight actions are re-sent with new attempt ids.
+For every request: decode, call the core, commit the changed replays and the effects that
+nothing else would bring back (the outbox, store.OUTBOX_EFFECTS) in one SQLite transaction,
+reply, then perform the effects. A crash between commit and perform re-performs the pending
+outbox at start (receivers dedupe), and re-sends the in-flight actions with new attempt ids.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from actors.dispatcher.effects import (
     Effect,
     NotifyAgentPaused,
     PublishEvent,
+    RecordReport,
     SendToAgent,
     TrackInFlight,
     UntrackInFlight,
@@ -59,7 +60,7 @@ _C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
 _FLUSH_SENT_S = 0.2
 # Track / Untrack go to the watchdog together in one TrackBatch this often, not as two round
 # trips per step (those were ~40% of the tree's CPU per step, bench/turnaround.py): its
-# timers run for tens of seconds. Their outbox rows are marked sent once the batch is sent.
+# timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
 
 
@@ -79,7 +80,6 @@ class DispatcherActor(Actor):
         self.core = DispatcherCore(config or DispatcherConfig(), _new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
-        self._watchdog_rows: list[int] = []
         self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
         self.handle(GetReplayStatus, lambda m, _r: self.core.status(m).reply)
         self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
@@ -101,7 +101,7 @@ class DispatcherActor(Actor):
         if pending:
             logger.info("dispatcher: performing {} effect(s) left in the outbox", len(pending))
             for outbox_id, effect in pending:
-                self._perform(outbox_id, effect)
+                self._perform(effect, outbox_id)
         decision = self.core.recover(time.time())
         if decision.effects:
             logger.info("dispatcher: recovered, re-sending {} in-flight action(s)",
@@ -109,7 +109,8 @@ class DispatcherActor(Actor):
         self._apply(decision)
 
     def on_stop(self) -> None:
-        # A watchdog batch not sent yet keeps its outbox rows: performed again at the start.
+        # A watchdog batch not sent yet is not lost: at the start every in-flight action is
+        # re-sent, tracked again under its new attempt id.
         self._flush_sent()
         self.store.close()
 
@@ -165,10 +166,12 @@ class DispatcherActor(Actor):
         written = self.store.commit_decision(self.core.replays, decision, record,
                                              durable=durable, sent=self._sent)
         self._sent = []
+        rows = {id(effect): outbox_id for outbox_id, effect in written}
         # Dispatches first (a stable sort): an agent is waiting for them, the bus and the
         # bookkeeping are not.
-        for outbox_id, effect in sorted(written, key=lambda w: not isinstance(w[1], SendToAgent)):
-            self._perform(outbox_id, effect)
+        for effect in sorted(decision.effects, key=lambda e: not isinstance(e, SendToAgent)):
+            if not isinstance(effect, RecordReport):  # the store wrote those
+                self._perform(effect, rows.get(id(effect)))
         return decision.reply
 
     def _flush_sent(self) -> None:
@@ -181,19 +184,16 @@ class DispatcherActor(Actor):
             batch, self._watchdog = self._watchdog, []
             self.call("watchdog", TrackBatch(updates=batch), _ignore, timeout_s=2.0,
                       retries=2)
-            self._sent += self._watchdog_rows
-            self._watchdog_rows = []
 
-    def _perform(self, outbox_id: int, effect: Effect) -> None:
-        """Perform one committed effect; its outbox row goes once it is handed over."""
+    def _perform(self, effect: Effect, outbox_id: int | None = None) -> None:
+        """Perform one committed effect; its outbox row (if it has one) goes once handed over."""
+        if outbox_id is not None:
+            self._sent.append(outbox_id)
         if isinstance(effect, TrackInFlight | UntrackInFlight):
             self._watchdog.append(
                 Track(entry=effect.entry) if isinstance(effect, TrackInFlight)
                 else Untrack(action_id=effect.action_id, attempt_id=effect.attempt_id))
-            self._watchdog_rows.append(outbox_id)
-            return
-        self._sent.append(outbox_id)
-        if isinstance(effect, SendToAgent):
+        elif isinstance(effect, SendToAgent):
             # No transport retry: a lost dispatch is the watchdog's and the hello's business,
             # and each resend must carry a new attempt_id (spec/03 §4.3).
             self.call(f"agent.{effect.machine_id}", effect.message,

@@ -41,8 +41,10 @@ from typing import Any, Literal
 import msgpack
 
 from actors.dispatcher.effects import (
+    AuditRecord,
     Decision,
     Effect,
+    NotifyAgentPaused,
     RecordReport,
     effect_from_dict,
     effect_to_dict,
@@ -99,6 +101,12 @@ WAL_AUTOCHECKPOINT = 10_000
 KEEP_REQUESTS = 4096
 """Control requests remembered: copies come seconds apart (retries, the broker's queue)."""
 _SCREENSHOTS = ("screenshot_before", "screenshot_after")
+OUTBOX_EFFECTS = (AuditRecord, NotifyAgentPaused)
+"""Effects kept in the outbox until performed: nothing else would bring them back after a
+crash. The others are derived again from the committed state: the in-flight actions are
+re-sent at start (new attempt ids, with their watchdog tracking), the watchdog asks about
+attempts it holds and is told "stale" for finished ones, and bus events are for watching
+only (DESIGN.md §3). Writing them too cost 5 inserts a step (bench/throughput.py)."""
 
 
 def _pack(obj: Any) -> bytes:
@@ -199,7 +207,8 @@ class DispatcherStore:
         """Persist changed replays, the reports log and the outbox in ONE transaction.
 
         Returns the outbox rows written ``(outbox_id, effect)``, to perform then mark sent.
-        ``RecordReport`` effects go to the reports log, not the outbox. ``request``
+        ``RecordReport`` effects go to the reports log; only :data:`OUTBOX_EFFECTS` go to the
+        outbox, the others are for the caller to perform (see there why). ``request``
         ``(request_id, kind, reply)`` records the control request this decision applies,
         with its encoded reply (see :meth:`reply_for`). ``durable=False``: see the module
         docstring. ``sent``: outbox ids performed since, deleted in the same transaction.
@@ -221,6 +230,10 @@ class DispatcherStore:
             for effect in effects:
                 if isinstance(effect, RecordReport):
                     self._write_report(db, effect)
+                    continue
+                if not isinstance(effect, OUTBOX_EFFECTS):
+                    if not isinstance(effect, Effect):
+                        raise TypeError(f"not an effect: {effect!r}")
                     continue
                 body = effect_to_dict(effect)
                 cur = db.execute("INSERT INTO outbox (kind, body) VALUES (?, ?)",

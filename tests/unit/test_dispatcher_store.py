@@ -28,7 +28,7 @@ from actors.dispatcher.effects import (
     effect_to_dict,
 )
 from actors.dispatcher.state import DispatcherState, mutable_dump
-from actors.dispatcher.store import DB_NAME, DispatcherStore
+from actors.dispatcher.store import DB_NAME, OUTBOX_EFFECTS, DispatcherStore
 from messages.workflow import Action
 from tests.unit.test_dispatcher_core import CHECKS, H, act, of, sent, wf
 
@@ -109,7 +109,8 @@ def test_outbox_rows_are_returned_pending_then_forgotten(tmp_path: Path) -> None
     store = DispatcherStore(tmp_path / "d.sqlite3")
     _, d = h.start(wf("s1"))
     rows = store.commit_decision(h.core.replays, d)
-    assert [e for _, e in rows] == [e for e in d.effects if not isinstance(e, RecordReport)]
+    assert [e for _, e in rows] == [e for e in d.effects if isinstance(e, OUTBOX_EFFECTS)]
+    assert len(rows) >= 2  # the replay's start and its first dispatch, for the audit trail
     assert [i for i, _ in rows] == sorted(i for i, _ in rows)
     assert store.pending_outbox() == rows
     assert store.pending_outbox(limit=2) == rows[:2]
@@ -253,7 +254,8 @@ def test_state_survives_kill_9_right_after_commit(tmp_path: Path) -> None:
     state = store.load()
     r = state.replays[rid]
     assert r.inflight is not None and r.inflight.action.action_id == "s1"
-    assert [type(e) for _, e in store.pending_outbox()].count(SendToAgent) == 1
+    # The dispatch itself is not in the outbox: recovery re-sends what is in flight.
+    assert [type(e) for _, e in store.pending_outbox()].count(SendToAgent) == 0
     h = H(state=state, first_id=100)
     d = h.do(h.core.recover(h.now))
     assert [m.dispatch_meta.resend_reason for m in sent(d)] == ["dispatcher_restarted"]

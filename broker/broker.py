@@ -21,6 +21,7 @@ from loguru import logger
 
 from broker.bus_proxy import BATCH, BusProxy, RateLimit
 from broker.config import Settings, load_settings
+from broker.curve import CurveConfigError, CurveListener
 from broker.frames import poll_items, recv_frames, zmq_poll
 from broker.logs import setup_logging
 from broker.majordomo import Majordomo
@@ -48,6 +49,7 @@ class Broker:
         self.mdp = Majordomo(self.router, settings, self._bad)
         self._router_waiting = poll_items(self.router)
         self.monitors: list[SocketMonitor] = []
+        self.curve: CurveListener | None = None  # with settings.curve (broker/curve.py)
         self.bad = 0
         self.errors = 0
         self._reported: dict[str, int] = {}
@@ -73,6 +75,10 @@ class Broker:
         r.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes + 64 * 1024)
         self.monitors = [SocketMonitor(r, "mdp"), SocketMonitor(self.bus.xsub, "bus_in")]
         _bind(r, self.settings.mdp_endpoint)
+        if self.settings.curve:  # after the plain bind: CURVE options apply to later binds
+            self.curve = CurveListener(self.ctx, r, self.settings.keys_path,
+                                       self.settings.curve_endpoint, self._publish_peer,
+                                       self.settings.mdp_endpoint)
         _bind(self.bus.xsub, self.settings.bus_in_endpoint)
         _bind(self.bus.xpub, self.settings.bus_out_endpoint)
 
@@ -130,6 +136,8 @@ class Broker:
         }
         for mon in self.monitors:
             handlers[mon.socket.FD] = self._monitor_handler(mon)
+        if self.curve is not None:
+            handlers[self.curve.socket.FD] = self.curve.drain
         poller = select.poll()
         for fd in handlers:
             poller.register(fd, select.POLLIN)
@@ -175,6 +183,8 @@ class Broker:
         # A short linger only to get those DISCONNECTs out; nothing else is worth waiting for.
         self.router.setsockopt(zmq.LINGER, 200 if self.mdp.workers else 0)
         self.router.close()
+        if self.curve is not None:
+            self.curve.close()
         self.bus.close()
         self.ctx.term()
 
@@ -183,6 +193,9 @@ class Broker:
             while self._wake_r.recv(512):
                 pass
         return False
+
+    def _publish_peer(self, topic: str, data: dict[str, Any]) -> None:
+        self.bus.publish(topic, data, self._peer_limit, self.mdp.now)
 
     def _monitor_handler(self, mon: SocketMonitor) -> Callable[[], bool]:
         def drain() -> bool:
@@ -257,6 +270,6 @@ def main() -> int:
     setup_logging("broker", settings.log_level)
     try:
         return Broker(settings).run()
-    except zmq.ZMQError as exc:
+    except (zmq.ZMQError, CurveConfigError) as exc:
         logger.error("broker: cannot start: {}", exc)
         return 1

@@ -73,6 +73,7 @@ class Client:
     def __init__(self, ctx: zmq.Context[Any], endpoint: str,
                  setup: SocketSetup | None = None) -> None:
         self.socket: zmq.Socket[bytes] = _new_socket(ctx, endpoint, setup)
+        self._new: Callable[[], zmq.Socket[bytes]] = lambda: _new_socket(ctx, endpoint, setup)
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, str]] = []
 
@@ -136,6 +137,12 @@ class Client:
         while self._deadlines and self._deadlines[0][1] not in self._pending:
             heapq.heappop(self._deadlines)
         return self._deadlines[0][0] if self._deadlines else None
+
+    def reconnect(self) -> None:
+        """Go on with a new socket (libzmq never retries a refused CURVE handshake); the
+        requests outstanding are sent on it when their timeouts come."""
+        self.socket.close(0)
+        self.socket = self._new()
 
     def close(self) -> None:
         self.socket.close(0)

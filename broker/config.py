@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     restart_period_s: float = Field(30.0, gt=0)
     shutdown_timeout_s: float = Field(5.0, gt=0)
     beacon_timeout_s: float = Field(3.0, gt=0)
+    # CURVE (DESIGN.md §9): a second MDP listener for agents outside, with an allow-list of
+    # their public keys; the loopback mdp_endpoint stays as it is for the local actors.
+    curve: bool = False
+    curve_endpoint: str = "tcp://0.0.0.0:5558"
+    keys_dir: str = ""  # "" = <data_dir>/keys (see broker/curve.py for its layout)
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -45,6 +50,10 @@ class Settings(BaseSettings):
     @property
     def heartbeat_expiry_s(self) -> float:
         return self.heartbeat_interval_s * self.heartbeat_liveness
+
+    @property
+    def keys_path(self) -> Path:
+        return Path(self.keys_dir) if self.keys_dir else self.data_dir / "keys"
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

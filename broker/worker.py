@@ -110,7 +110,10 @@ class Worker:
             self.reconnect("broker silent past liveness")
             return
         if now - self.sent_at >= self.heartbeat_interval_s:
-            self.socket.send_multipart(mdp.heartbeat())
+            # Never block: a socket whose CURVE handshake was refused has no pipe left, and a
+            # blocking send on it would hang the owner's loop (agent/curve.py).
+            with contextlib.suppress(zmq.Again):
+                self.socket.send_multipart(mdp.heartbeat(), zmq.NOBLOCK)
             self.sent_at = now
 
     def next_deadline(self) -> float:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from broker.config import Settings
+from cli import agent_link
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", metavar="FILE",
                         help="JSON file steering the simulated executor (see "
                              "agent/executors/scenario.py)")
+    agent_link.add_arguments(parser)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
@@ -39,6 +41,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     setup_logging(f"agent.{machine_id}", settings.log_level)
     if args.connect:
         settings = settings.model_copy(update={"mdp_endpoint": args.connect})
+    try:  # an SSH tunnel and/or CURVE (cli/agent_link.py): started with the agent
+        link = agent_link.build(settings, args, machine_id)
+    except agent_link.LinkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         scenario = load_scenario(args.scenario) if args.scenario else None
         executor = make_executor(args.executor, scenario)
@@ -52,13 +59,15 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     data_dir = Path(args.agent_data_dir) if args.agent_data_dir else None
     try:
-        agent = Agent(settings, machine_id, executor, data_dir, effects)
+        agent = Agent(link.settings, machine_id, executor, data_dir, effects, link.curve)
     except AgentError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
+        link.start()
         return agent.run()
     finally:
+        link.stop()
         executor.close()
         if effects is not None:
             effects.close()

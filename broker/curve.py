@@ -1,0 +1,279 @@
+"""CURVE for agents outside (DESIGN.md §9): key files, the allow-list, and a ZAP handler.
+
+The broker's one ROUTER gets a second listener, ``curve_endpoint``, that is a CURVE server;
+the loopback ``mdp_endpoint`` stays plain for the local actors and the command line. libzmq
+takes a socket's security options when it binds (notes/zeromq-facts.md), so binding the
+plain endpoint first and the CURVE one after the options are set gives one MDP state with
+two doors. A NULL connection with no ZAP domain never reaches ZAP (measured with libzmq
+4.3.5): only the CURVE door is checked.
+
+ZAP (RFC 27) is served by a ROUTER driven by the broker's own loop, not by a thread: every
+handshake is decided where the broker can publish ``lea:peer_refused``. The allow-list is
+read again whenever a file in its directory changes, so a key added or removed counts at the
+next handshake, without a restart.
+
+Layout of a keys directory (``python run.py keys generate``)::
+
+    server.key           the broker's public key: every agent needs it (--server-key)
+    server.key_secret    the broker's secret key: stays on the server
+    allowed/<M>.key      the allow-list: one agent public key per file; <M> names the agent
+                         (it becomes the connection's ZMQ User-Id)
+    agents/<M>.key       agent M's public key: copy it into allowed/ to let M in
+    agents/<M>.key_secret  agent M's secret key: for that workstation only (--agent-key)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.auth
+from loguru import logger
+from zmq.utils import z85
+
+from broker.bus_proxy import RateLimit
+from messages.events import PEER_REFUSED
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # RFC 27: where libzmq sends its requests
+ZAP_DOMAIN = b"lea"
+ZAP_BATCH = 100
+KEY_PREFIX = 8  # z85 characters of a key shown in logs and events
+
+
+class CurveConfigError(ValueError):
+    """A key file or directory that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Where the files of a keys directory are (module docstring)."""
+
+    root: Path
+
+    @property
+    def server_public(self) -> Path:
+        return self.root / "server.key"
+
+    @property
+    def server_secret(self) -> Path:
+        return self.root / "server.key_secret"
+
+    @property
+    def allowed(self) -> Path:
+        return self.root / "allowed"
+
+    def agent_public(self, name: str) -> Path:
+        return self.root / "agents" / f"{name}.key"
+
+    def agent_secret(self, name: str) -> Path:
+        return self.root / "agents" / f"{name}.key_secret"
+
+
+def _z85_key(value: bytes | None, path: Path, what: str) -> bytes:
+    if value is None:
+        raise CurveConfigError(f"{path}: no {what} (is it the right file?)")
+    try:
+        if len(value) == 40 and len(z85.decode(value)) == 32:
+            return value
+    except (ValueError, KeyError, IndexError):
+        pass
+    raise CurveConfigError(f"{path}: the {what} is not a 40-character Z85 CURVE key")
+
+
+def read_key_file(path: Path, secret: bool = False) -> tuple[bytes, bytes | None]:
+    """The Z85 (public, secret) keys of a certificate file; ``secret``: the secret is needed."""
+    try:
+        public, secret_key = zmq.auth.load_certificate(path)
+    except OSError as exc:
+        raise CurveConfigError(f"cannot read the key file {path}: {exc}") from exc
+    except ValueError as exc:
+        raise CurveConfigError(f"{path}: {exc}") from exc
+    public = _z85_key(public, path, "public key")
+    if secret:
+        return public, _z85_key(secret_key, path, "secret key (a *.key_secret file)")
+    return public, None
+
+
+def key_prefix(public_z85: bytes) -> str:
+    """The first characters of a key: enough to match logs of both sides, short to read."""
+    return public_z85[:KEY_PREFIX].decode("ascii", "replace")
+
+
+class AllowList:
+    """The agent public keys of the ``*.key`` files of ``directory``, re-read when it changes.
+
+    ``refresh`` costs one directory scan; it reloads only when a file's name, size or mtime
+    changed. A file that cannot be used is skipped and named in ``problems``.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._keys: dict[bytes, str] = {}  # raw 32-byte public key -> agent name
+        self.problems: list[str] = []
+
+    def _scan(self) -> tuple[tuple[str, int, int], ...]:
+        try:
+            entries = [(e.name, e.stat()) for e in os.scandir(self.directory)
+                       if e.name.endswith(".key") and e.is_file()]
+        except OSError:
+            return ()
+        return tuple(sorted((name, st.st_mtime_ns, st.st_size) for name, st in entries))
+
+    def refresh(self) -> bool:
+        """Re-read the directory if it changed; True if it did."""
+        signature = self._scan()
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        keys: dict[bytes, str] = {}
+        problems: list[str] = []
+        for name, _mtime, _size in signature:
+            try:
+                public, _ = read_key_file(self.directory / name)
+            except CurveConfigError as exc:
+                problems.append(str(exc))
+                continue
+            keys[z85.decode(public)] = name.removesuffix(".key")
+        self._keys, self.problems = keys, problems
+        return True
+
+    def lookup(self, public_key: bytes) -> str | None:
+        """The agent name of a raw 32-byte public key, or None if it is not allowed."""
+        return self._keys.get(public_key)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A ZAP answer: status code (200 / 400 / 500), text, and User-Id for an allowed peer."""
+
+    status: bytes
+    text: str
+    user_id: str = ""
+    public_key: bytes = b""  # Z85, when the request carried a CURVE key
+
+
+def decide(frames: list[bytes], allow: AllowList) -> Verdict:
+    """The verdict on one ZAP request (``frames`` after the routing id and empty frame),
+    against ``allow`` as it is (the caller refreshes it)."""
+    if len(frames) < 6 or frames[0] != b"1.0":
+        return Verdict(b"500", "malformed ZAP request")
+    domain, mechanism, credentials = frames[2], frames[5], frames[6:]
+    if mechanism != b"CURVE" or domain != ZAP_DOMAIN:
+        # Only the CURVE listener asks; anything else is refused rather than let through.
+        return Verdict(b"400", f"mechanism {mechanism!r} in domain {domain!r} is not served")
+    if len(credentials) != 1 or len(credentials[0]) != 32:
+        return Verdict(b"500", "CURVE credentials are not one 32-byte key")
+    public = z85.encode(credentials[0])
+    name = allow.lookup(credentials[0])
+    if name is None:
+        return Verdict(b"400", "key not in the allow-list", public_key=public)
+    return Verdict(b"200", "OK", user_id=name, public_key=public)
+
+
+Publish = Callable[[str, dict[str, Any]], None]
+
+
+class CurveListener:
+    """The CURVE door of the broker's ROUTER and the ZAP handler that guards it.
+
+    Build it after the plain endpoint is bound; poll :attr:`socket` and call :meth:`drain`.
+    """
+
+    def __init__(self, ctx: zmq.Context[Any], router: zmq.Socket[Any], keys_dir: Path,
+                 endpoint: str, publish: Publish, plain_endpoint: str = "") -> None:
+        layout = KeyLayout(keys_dir)
+        public, secret = read_key_file(layout.server_secret, secret=True)
+        assert secret is not None
+        self.allow = AllowList(layout.allowed)
+        self.publish = publish
+        self.endpoint = endpoint
+        self._log_limit = RateLimit(2.0)  # a refused agent retries; a hostile one floods
+        # The handler is bound before the listener: a CURVE listener without a ZAP handler
+        # lets every key in.
+        self.socket: zmq.Socket[bytes] = ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(ZAP_ENDPOINT)
+        router.setsockopt(zmq.CURVE_SERVER, 1)
+        router.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        router.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        router.bind(endpoint)
+        self.allow.refresh()
+        if not self.allow.directory.is_dir():
+            logger.warning("broker: the allow-list directory {} does not exist: every agent"
+                           " key is refused until it does", self.allow.directory)
+        self._log_problems()
+        logger.info("broker: CURVE listener on {} (server key {}..., {} allowed key(s) in {})",
+                    endpoint, key_prefix(public), len(self.allow), self.allow.directory)
+        if plain_endpoint and not _loopback(plain_endpoint):
+            logger.warning("broker: the plain MDP endpoint {} is not on loopback: peers can "
+                           "come in there without CURVE", plain_endpoint)
+
+    def _log_problems(self) -> None:
+        for problem in self.allow.problems:
+            logger.warning("broker: allow-list: skipped {}", problem)
+
+    def drain(self) -> bool:
+        """Answer up to ZAP_BATCH waiting requests; True if more may wait.
+
+        True also after any answer: a send can consume the signal of the socket's ZMQ_FD, so
+        the broker's loop must look again rather than wait for the fd (broker.py)."""
+        answered = False
+        for _ in range(ZAP_BATCH):
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return answered
+            if len(frames) < 3 or frames[1] != b"":
+                continue  # not a ZAP request: nothing to answer
+            if self.allow.refresh():  # one directory scan per handshake: they are rare
+                logger.info("broker: allow-list re-read: {} key(s)", len(self.allow))
+                self._log_problems()
+            verdict = decide(frames[2:], self.allow)
+            request_id = frames[3] if len(frames) > 3 else b""
+            try:
+                self.socket.send_multipart([frames[0], b"", b"1.0", request_id, verdict.status,
+                                            verdict.text.encode(), verdict.user_id.encode(),
+                                            b""], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                logger.warning("broker: could not answer a ZAP request")
+            answered = True
+            if verdict.status != b"200":
+                self._refused(frames[2:], verdict)
+        return True
+
+    def _refused(self, request: list[bytes], verdict: Verdict) -> None:
+        address = request[3].decode("utf-8", "replace") if len(request) > 3 else ""
+        prefix = key_prefix(verdict.public_key) if verdict.public_key else ""
+        if self._log_limit.allow(time.monotonic()):
+            logger.warning("broker: refused a connection from {} on {}: {} (key {}...)",
+                           address or "?", self.endpoint, verdict.text, prefix or "-")
+        self.publish(PEER_REFUSED, {"socket": "mdp", "endpoint": self.endpoint,
+                                    "peer": address, "key_prefix": prefix,
+                                    "reason": verdict.text})
+
+    def close(self) -> None:
+        self.socket.close(0)
+
+
+def _loopback(endpoint: str) -> bool:
+    host = endpoint.removeprefix("tcp://").rsplit(":", 1)[0].strip("[]")
+    return endpoint.startswith(("ipc://", "inproc://")) or host in ("localhost", "::1") or (
+        host.startswith("127."))
+
+
+def server_keys_problem(keys_dir: Path) -> str | None:
+    """Why the broker could not start its CURVE listener with ``keys_dir``, or None."""
+    try:
+        read_key_file(KeyLayout(keys_dir).server_secret, secret=True)
+    except CurveConfigError as exc:
+        return f"{exc} (create the keys with: python run.py keys generate --dir {keys_dir})"
+    return None

@@ -5,7 +5,10 @@ Example (every key optional)::
     {
       "desktop": {"window_title": "Dossier patient — Easily",
                   "widgets": [{"name": "Valider", "kind": "button",
-                               "x": 0.7, "y": 0.8, "w": 0.25, "h": 0.1}]},
+                               "x": 0.7, "y": 0.8, "w": 0.25, "h": 0.1}],
+                  "monitors": [{"x": 0, "y": 0, "w": 1920, "h": 1080, "primary": true},
+                               {"x": -1280, "y": 0, "w": 1280, "h": 1024}],
+                  "focused_monitor": 1},
       "actions": {"step_2": {"fail": "target_not_found", "times": 2},
                   "step_5": {"system_dialog": "uac_consent"},
                   "step_7": {"delay_s": 60},
@@ -94,9 +97,30 @@ DEFAULT_WIDGETS: tuple[WidgetSpec, ...] = (
 )
 
 
+class MonitorSpec(_Strict):
+    """A monitor the simulated desktop reports in its screen heartbeats (numbered by the
+    agent's rule, agent/screen/geometry.py, whatever the order given here)."""
+
+    x: int = Field(ge=-(1 << 20), le=1 << 20)
+    y: int = Field(ge=-(1 << 20), le=1 << 20)
+    w: int = Field(gt=0, le=1 << 20)
+    h: int = Field(gt=0, le=1 << 20)
+    primary: bool = False
+    name: str | None = Field(None, max_length=128)
+
+
 class DesktopSpec(_Strict):
     window_title: str = "Dossier patient — Easily"
     widgets: list[WidgetSpec] = Field(default_factory=lambda: list(DEFAULT_WIDGETS))
+    monitors: list[MonitorSpec] = Field(
+        default_factory=lambda: [MonitorSpec(x=0, y=0, w=320, h=200, primary=True,
+                                             name="simulated")], max_length=16)
+    """``[]``: the agent reports no geometry (as without screeninfo): composite routing."""
+    focused_monitor: int | None = Field(0, ge=0, lt=16)
+    """idx of the monitor holding the simulated window."""
+    clock: bool = False
+    """A clock (HH:MM:SS, from 10:00:00) in the title bar that advances one second at every
+    action, whatever the action does: a ``loop`` then changes nothing but the clock."""
 
 
 class Scenario(_Strict):

@@ -22,7 +22,9 @@ from PIL import Image, ImageDraw, ImageFont
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
+from agent.screen.geometry import RawMonitor, number_monitors
 from messages.dispatch import DispatchAction
+from messages.monitor import Monitor
 from messages.workflow import Action
 
 WIDTH, HEIGHT = 320, 200
@@ -75,11 +77,13 @@ class SimulatedDesktop:
     dialog: str | None = None
     status: str = ""
     typed_elsewhere: str = ""
+    clock: int | None = None  # seconds since midnight, shown in the title bar when set
     _font: Any = field(default_factory=_font, repr=False)
 
     @classmethod
     def from_spec(cls, spec: DesktopSpec) -> SimulatedDesktop:
-        return cls(spec.window_title, [Widget(**w.model_dump()) for w in spec.widgets])
+        return cls(spec.window_title, [Widget(**w.model_dump()) for w in spec.widgets],
+                   clock=10 * 3600 if spec.clock else None)
 
     def find(self, text: str) -> Widget | None:
         """The widget named ``text`` (case-insensitive; exact name first, then substring)."""
@@ -143,6 +147,11 @@ class SimulatedDesktop:
         draw = ImageDraw.Draw(image)
         draw.rectangle((0, 0, WIDTH, 14), fill=(40, 70, 120))
         self._text(draw, (3, 1), self.window_title, (255, 255, 255))
+        if self.clock is not None:
+            c = self.clock
+            draw.rectangle((WIDTH - 52, 0, WIDTH, 14), fill=(40, 70, 120))
+            self._text(draw, (WIDTH - 48, 1), f"{c // 3600 % 24:02d}:{c // 60 % 60:02d}:"
+                       f"{c % 60:02d}", (255, 255, 255))
         for w in self.widgets:
             box = (w.x * WIDTH, w.y * HEIGHT, (w.x + w.w) * WIDTH, (w.y + w.h) * HEIGHT)
             fill = (255, 255, 255) if w.kind == "field" else (200, 210, 225)
@@ -211,6 +220,8 @@ class SimulatedExecutor:
     def _execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
         action = dispatch.action
         behaviour = self._behaviour(action) or Behaviour()
+        if self.desktop.clock is not None:
+            self.desktop.clock += 1  # time passes between actions, not within one
         before = self.desktop.render()
         if behaviour.delay_s:
             self._sleep(behaviour.delay_s)
@@ -339,8 +350,32 @@ class SimulatedExecutor:
         return ActionOutcome(success=True, actual_position={"x_pct": x, "y_pct": y},
                              resolution_method=method, resolution_score=score)
 
+    def screen_probe(self) -> SimulatedProbe:
+        """What the agent's screen heartbeats report (agent/screen/probe.py)."""
+        return SimulatedProbe(self)
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+class SimulatedProbe:
+    """The simulated desktop's monitors (from the scenario), focus and window title."""
+
+    def __init__(self, executor: SimulatedExecutor) -> None:
+        self._executor = executor
+        spec = executor.scenario.desktop
+        self._monitors = number_monitors(
+            RawMonitor(m.x, m.y, m.w, m.h, m.primary, m.name) for m in spec.monitors)
+        self._focus = spec.focused_monitor
+
+    def monitors(self) -> list[Monitor]:
+        return list(self._monitors)
+
+    def focus(self, monitors: list[Monitor]) -> tuple[int | None, str | None]:
+        # Read from the sampling thread; a str attribute is replaced whole, never torn.
+        title = self._executor.desktop.window_title
+        index = self._focus if any(m.idx == self._focus for m in monitors) else None
+        return index, title
 
 
 def _not_found(action: Action) -> ActionOutcome:

@@ -1,0 +1,241 @@
+"""The workstation's monitors, which of them has the focus, and the active window's title.
+
+``idx`` rule (the same on every agent, so a recorded ``monitor_index`` names the same screen
+next time): the primary monitor first, then the others by ``(x, y)``: left to right, then top
+to bottom. It never follows the OS enumeration order, which changes between boots, drivers
+and replugs. Coordinates are virtual-desktop pixels: a monitor left of or above the primary
+has a negative origin on Windows (X11 origins are never negative).
+
+Sources: screeninfo (the spec's), mss as cross-check and fallback (it also knows the primary
+and connector names screeninfo leaves out on X11), and on X11 the RandR 1.5 monitor names.
+When nothing works (no display, library missing) the list is ``[]``, one warning is logged,
+and the router falls back to the composite, as spec/01 §4.3 says.
+
+Windows DPI: :func:`ensure_dpi_awareness` makes the process per-monitor DPI aware so that
+screeninfo, mss and input all speak physical pixels on mixed-DPI setups. It must run before
+pyautogui is imported (pyautogui would set the weaker system-aware mode, and the mode can be
+set once per process). Not testable on this Linux machine; see :mod:`agent.screen.win32`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+
+from agent.screen import win32, x11
+from messages.monitor import MAX_MONITORS, Monitor
+
+__all__ = [
+    "Monitor",
+    "RawMonitor",
+    "active_window_rect",
+    "active_window_title",
+    "ensure_dpi_awareness",
+    "focused_monitor",
+    "monitor_at",
+    "monitors_geometry",
+    "number_monitors",
+    "pointer_position",
+]
+
+Rect = tuple[int, int, int, int]
+"""``(x, y, w, h)`` in virtual-desktop pixels."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawMonitor:
+    """A monitor as a source reports it, before numbering (``primary`` None = unknown)."""
+
+    x: int
+    y: int
+    w: int
+    h: int
+    primary: bool | None = None
+    name: str | None = None
+
+    @property
+    def rect(self) -> Rect:
+        return self.x, self.y, self.w, self.h
+
+
+# Numbering (pure) ----------------------------------------------------------------------------
+
+def number_monitors(raw: Iterable[RawMonitor]) -> list[Monitor]:
+    """Deduplicate by rectangle, order by the ``idx`` rule, number from 0.
+
+    Mirrored screens (same rectangle) are one monitor; degenerate sizes are dropped; at most
+    :data:`MAX_MONITORS` are kept.
+    """
+    by_rect: dict[Rect, RawMonitor] = {}
+    for m in raw:
+        if m.w <= 0 or m.h <= 0:
+            continue
+        seen = by_rect.get(m.rect)
+        if seen is not None:  # a mirror: keep what either copy knows
+            primary = None if seen.primary is None and m.primary is None else \
+                bool(seen.primary or m.primary)
+            m = RawMonitor(m.x, m.y, m.w, m.h, primary, seen.name or m.name)
+        by_rect[m.rect] = m
+    ordered = sorted(by_rect.values(), key=lambda m: (not m.primary, m.x, m.y, m.w, m.h))
+    return [Monitor(idx=i, x=m.x, y=m.y, w=m.w, h=m.h, primary=bool(m.primary),
+                    name=(m.name or None) and m.name[:128])
+            for i, m in enumerate(ordered[:MAX_MONITORS])]
+
+
+def merge_sources(primary_source: Sequence[RawMonitor],
+                  *others: Sequence[RawMonitor]) -> list[RawMonitor]:
+    """``primary_source``'s monitors, with primary and name filled in from ``others`` by
+    rectangle; the first non-empty source wins when ``primary_source`` is empty."""
+    base = list(primary_source) or next((list(o) for o in others if o), [])
+    merged = []
+    for m in base:
+        primary, name = m.primary, m.name
+        for source in others:
+            for o in source:
+                if o.rect == m.rect:
+                    primary = primary if primary is not None else o.primary
+                    name = name or o.name
+        merged.append(RawMonitor(m.x, m.y, m.w, m.h, primary, name))
+    return merged
+
+
+def monitor_at(monitors: Sequence[Monitor], x: float, y: float) -> Monitor | None:
+    """The monitor containing the point, else the nearest one (a gap between screens)."""
+    if not monitors:
+        return None
+    for m in monitors:
+        if m.contains(x, y):
+            return m
+
+    def distance(m: Monitor) -> float:
+        dx = max(m.x - x, 0.0, x - (m.x + m.w - 1))
+        dy = max(m.y - y, 0.0, y - (m.y + m.h - 1))
+        return dx * dx + dy * dy
+
+    return min(monitors, key=lambda m: (distance(m), m.idx))
+
+
+def focused_monitor(monitors: Sequence[Monitor], window_rect: Rect | None = None,
+                    pointer: tuple[int, int] | None = None) -> int | None:
+    """``idx`` of the monitor holding most of the active window, else the pointer's, or None.
+
+    A window straddling two screens belongs to the one showing most of it (ties: the one
+    holding its centre), as Windows decides for maximise and DPI.
+    """
+    if not monitors:
+        return None
+    if window_rect is not None and window_rect[2] > 0 and window_rect[3] > 0:
+        wx, wy, ww, wh = window_rect
+        cx, cy = wx + ww / 2, wy + wh / 2
+
+        def overlap(m: Monitor) -> int:
+            w = min(wx + ww, m.x + m.w) - max(wx, m.x)
+            h = min(wy + wh, m.y + m.h) - max(wy, m.y)
+            return max(w, 0) * max(h, 0)
+
+        best = max(monitors, key=lambda m: (overlap(m), m.contains(cx, cy), -m.idx))
+        if overlap(best) > 0:
+            return best.idx
+    if pointer is not None:
+        found = monitor_at(monitors, *pointer)
+        return None if found is None else found.idx
+    return None
+
+
+# Sources (I/O) -------------------------------------------------------------------------------
+
+_warned: set[str] = set()
+
+
+def _warn_once(what: str, detail: str) -> None:
+    """One warning per distinct problem: a heartbeat every 2 s must not flood the log."""
+    key = f"{what}: {detail}"
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning("{} (logged once)", key)
+
+
+def _from_screeninfo() -> list[RawMonitor]:
+    from screeninfo import get_monitors
+
+    return [RawMonitor(int(m.x), int(m.y), int(m.width), int(m.height), m.is_primary,
+                       m.name or None) for m in get_monitors()]
+
+
+def _from_mss() -> list[RawMonitor]:
+    import mss
+
+    with mss.MSS() as sct:
+        found: list[dict[str, Any]] = list(sct.monitors[1:])  # [0] is the composite
+    return [RawMonitor(int(m["left"]), int(m["top"]), int(m["width"]), int(m["height"]),
+                       m.get("is_primary"), m.get("output") or m.get("name") or None)
+            for m in found]
+
+
+def monitors_geometry() -> list[Monitor]:
+    """The monitors, numbered by the ``idx`` rule; ``[]`` when they cannot be listed."""
+    ensure_dpi_awareness()
+    sources: dict[str, list[RawMonitor]] = {}
+    errors: list[str] = []
+    for name, read in (("screeninfo", _from_screeninfo), ("mss", _from_mss),
+                       ("xrandr", x11.randr_monitors)):
+        if name == "xrandr" and sys.platform == "win32":
+            continue
+        try:
+            sources[name] = read()
+        except Exception as exc:  # any library or display error: the composite still works
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            sources[name] = []
+    screeninfo, mss_found = sources["screeninfo"], sources["mss"]
+    if screeninfo and mss_found and {m.rect for m in screeninfo} != {m.rect for m in mss_found}:
+        _warn_once("screeninfo and mss disagree, using screeninfo",
+                   f"{[m.rect for m in screeninfo]} != {[m.rect for m in mss_found]}")
+    monitors = number_monitors(merge_sources(screeninfo, mss_found, sources.get("xrandr", [])))
+    if not monitors:
+        _warn_once("cannot list the monitors, the composite will be used",
+                   "; ".join(errors) or "no monitor reported")
+    return monitors
+
+
+def active_window_title() -> str | None:
+    """The foreground window's title, or None (no display, no window, no window manager).
+
+    X11: ``_NET_ACTIVE_WINDOW`` (needs a window manager), else the input focus walked up to
+    its first named ancestor. Windows: GetForegroundWindow / GetWindowTextW (untested here).
+    """
+    try:
+        return win32.active_window_title() if sys.platform == "win32" else \
+            x11.active_window_title()
+    except Exception as exc:
+        _warn_once("cannot read the active window title", f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def active_window_rect() -> Rect | None:
+    """The foreground window's rectangle in desktop pixels, or None."""
+    try:
+        return win32.active_window_rect() if sys.platform == "win32" else \
+            x11.active_window_rect()
+    except Exception as exc:
+        _warn_once("cannot read the active window rectangle", f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def pointer_position() -> tuple[int, int] | None:
+    """The mouse pointer in desktop pixels, or None."""
+    try:
+        return win32.pointer_position() if sys.platform == "win32" else \
+            x11.pointer_position()
+    except Exception as exc:
+        _warn_once("cannot read the pointer position", f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def ensure_dpi_awareness() -> None:
+    """Windows: per-monitor DPI awareness, once, before any geometry or input (no-op else)."""
+    if sys.platform == "win32":
+        win32.ensure_dpi_awareness()

@@ -1,0 +1,90 @@
+"""Windows calls behind :mod:`agent.screen.geometry` (ctypes, user32 / shcore).
+
+Written for the hospital workstations (Windows 10/11); it cannot run, hence is not tested, on
+this Linux machine: the functions exist everywhere so the module imports, but off Windows
+they raise :class:`OSError`.
+
+Per-monitor DPI: with screens of different scale factors, a DPI-unaware (or system-aware)
+process sees virtualised coordinates that disagree from one monitor to the next (pyautogui
+#697). :func:`ensure_dpi_awareness` asks for PER_MONITOR_AWARE_V2 (Windows 10 1703+), else
+per-monitor (8.1+), else system-aware (Vista+), once, before any of screeninfo, mss or
+pyautogui run; afterwards every rectangle, pointer position and click is in physical pixels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+MAX_TITLE = 1024
+_PER_MONITOR_AWARE_V2 = -4  # DPI_AWARENESS_CONTEXT_PER_MONITOR_AWARE_V2
+_PROCESS_PER_MONITOR_DPI_AWARE = 2
+_aware = False
+
+
+def _user32() -> Any:
+    if sys.platform != "win32":
+        raise OSError("win32 calls are only available on Windows")
+    return ctypes.WinDLL("user32", use_last_error=True)  # type: ignore[attr-defined,unused-ignore]
+
+
+def ensure_dpi_awareness() -> None:
+    """Make the process per-monitor DPI aware (first call only; later calls do nothing)."""
+    global _aware
+    if _aware or sys.platform != "win32":
+        return
+    _aware = True
+    user32 = _user32()
+    try:
+        if user32.SetProcessDpiAwarenessContext(ctypes.c_void_p(_PER_MONITOR_AWARE_V2)):
+            return
+    except AttributeError:
+        pass  # before Windows 10 1703
+    try:
+        shcore = ctypes.WinDLL("shcore")  # type: ignore[attr-defined,unused-ignore]
+        shcore.SetProcessDpiAwareness(_PROCESS_PER_MONITOR_DPI_AWARE)
+        return
+    except (AttributeError, OSError):
+        pass  # before Windows 8.1
+    user32.SetProcessDPIAware()
+
+
+class _Rect(ctypes.Structure):
+    _fields_ = [("left", ctypes.c_long), ("top", ctypes.c_long),
+                ("right", ctypes.c_long), ("bottom", ctypes.c_long)]
+
+
+class _Point(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_long), ("y", ctypes.c_long)]
+
+
+def active_window_title() -> str | None:
+    """GetForegroundWindow + GetWindowTextW; None when no window has the focus (lock screen,
+    UAC secure desktop)."""
+    user32 = _user32()
+    hwnd = user32.GetForegroundWindow()
+    if not hwnd:
+        return None
+    length = min(int(user32.GetWindowTextLengthW(hwnd)), MAX_TITLE)
+    buffer = ctypes.create_unicode_buffer(length + 1)
+    user32.GetWindowTextW(hwnd, buffer, length + 1)
+    return buffer.value or None
+
+
+def active_window_rect() -> tuple[int, int, int, int] | None:
+    """GetWindowRect of the foreground window (includes the invisible resize borders, a few
+    pixels: harmless for choosing the monitor holding most of it)."""
+    user32 = _user32()
+    hwnd = user32.GetForegroundWindow()
+    rect = _Rect()
+    if not hwnd or not user32.GetWindowRect(hwnd, ctypes.byref(rect)):
+        return None
+    return rect.left, rect.top, rect.right - rect.left, rect.bottom - rect.top
+
+
+def pointer_position() -> tuple[int, int] | None:
+    point = _Point()
+    if not _user32().GetCursorPos(ctypes.byref(point)):
+        return None
+    return point.x, point.y

@@ -1,31 +1,373 @@
-"""The real-screen executor (mss capture, screeninfo monitors, pyautogui input): not yet.
+"""The real-screen executor: mss capture, pyautogui mouse and keyboard, one monitor at a time.
 
-It comes in a later issue (DESIGN §6). Until then it refuses to start, loudly, rather than
-pretend: an agent that reported every action as failed would look alive and do nothing.
+Each action runs on one area: the monitor the dispatcher attached (``monitor_resolution``),
+else the agent's monitor ``action.monitor_index``, else the composite (desktop_target.py).
+The target pixel is found on that area's pixels only (anchor template matching or
+``x_pct / y_pct``) and offset into absolute desktop coordinates before any input. A target
+that is not found is never clicked somewhere else: ``target_not_found``.
+
+Reports carry ``screenshot_before`` / ``screenshot_after`` of the area (desktop_frames.py),
+``actual_position`` (``x_pct / y_pct`` of the area, plus absolute ``x, y``), the resolution
+method, score and time, and ``no_screen_change`` when a click changed nothing visible
+(skipped for ``parameters._setup_phase`` steps: their verify_screen guards decide, spec/04
+§3.3). verify_screen title guards and the human-correction mode: window_guard.py.
+
+Safety: pyautogui's fail-safe stays on. A person who pushes the mouse into a screen corner
+stops the current action; it is reported as ``failsafe_triggered`` with ``needs_human``
+(the replay pauses), never as a crash. Our own moves never end exactly on a corner pixel.
+
+Windows DPI: :func:`agent.screen.geometry.ensure_dpi_awareness` runs before pyautogui is
+imported, so capture, monitor geometry and input all use physical pixels on mixed-DPI
+screens (pyautogui alone would make the process system-aware only). Not testable here.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from loguru import logger
+
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, ExecutorUnavailable
-from messages.dispatch import DispatchAction
-
-NOT_IMPLEMENTED = (
-    "the desktop executor (real screen, mouse and keyboard) is not implemented yet; "
-    "run the agent with --executor simulated"
+from agent.executors.desktop_config import ConfigError, DesktopConfig
+from agent.executors.desktop_frames import encode_screenshot, screen_changed
+from agent.executors.desktop_keys import InputSpecError, normalise_keys, typing_runs
+from agent.executors.desktop_target import Area, Resolved, resolve_point, target_area
+from agent.executors.window_guard import (
+    GuardSpecError,
+    check_window,
+    guard_patterns,
+    guard_timeout_s,
+    title_matches_any,
 )
+from agent.screen import geometry
+from agent.screen.capture import CaptureError, Screen, Shot
+from messages.dispatch import DispatchAction
+from messages.workflow import Action
+
+POINTER = {"click": ("left", 1), "double_click": ("left", 2), "right_click": ("right", 1)}
+SETUP_SETTLE_S = 0.5
+"""After a ``_setup_phase`` click: a fixed settle instead of the pixel-change test."""
+CHANGE_POLL_S = 0.05
+FAILSAFE_MESSAGE = ("the mouse was pushed into a corner of the screen (pyautogui fail-safe):"
+                    " the person at the workstation stopped Léa")
+
+
+class _Effects:
+    """Records the action in the effects log once, right after its first input."""
+
+    def __init__(self, dispatch: DispatchAction, log: EffectsLog | None) -> None:
+        self.dispatch, self.log, self.done = dispatch, log, False
+
+    def input(self) -> None:
+        if not self.done:
+            self.done = True
+            if self.log is not None:
+                self.log.record(self.dispatch)
 
 
 class DesktopExecutor:
-    """Placeholder: constructing it raises :class:`ExecutorUnavailable`."""
+    """Performs actions on the real screen (module docstring); one action at a time."""
 
     name = "desktop"
 
-    def __init__(self) -> None:
-        raise ExecutorUnavailable(NOT_IMPLEMENTED)
+    def __init__(self, config: DesktopConfig | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+            raise ExecutorUnavailable("the desktop executor needs a screen: DISPLAY is not set")
+        try:
+            self.config = config or DesktopConfig.from_env()
+        except ConfigError as exc:
+            raise ExecutorUnavailable(f"invalid desktop executor setting: {exc}") from exc
+        geometry.ensure_dpi_awareness()  # before pyautogui: it would pin system-aware DPI
+        try:
+            import pyautogui
+        except Exception as exc:  # no display, no Xlib, no library
+            raise ExecutorUnavailable(f"pyautogui cannot start: {exc}") from exc
+        _same_display(pyautogui)
+        pyautogui.FAILSAFE = True
+        pyautogui.PAUSE = self.config.input_pause_s
+        self.gui: Any = pyautogui
+        self.screen = Screen()
+        try:
+            desktop = self.screen.desktop()
+        except CaptureError as exc:
+            raise ExecutorUnavailable(str(exc)) from exc
+        self._sleep, self._clock = sleep, clock
+        self._lock = threading.Lock()
+        self.on_progress: Callable[[DispatchAction, dict[str, Any]], None] | None = None
+        """Set by the agent: called from the execution thread when a guard starts waiting
+        for a person (``{"state": "awaiting_human_correction", ...}``)."""
+        logger.info("desktop executor ready: desktop {}, monitors {}", desktop,
+                    [m.rect for m in geometry.monitors_geometry()])
+
+    # The action ------------------------------------------------------------------------------
 
     def execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
-        return ActionOutcome.failure("executor_unavailable:desktop", needs_human=True)
+        with self._lock:
+            try:
+                return self._execute(dispatch, _Effects(dispatch, effects))
+            except self.gui.FailSafeException:
+                logger.warning("{}: {}", dispatch.action.action_id, FAILSAFE_MESSAGE)
+                return ActionOutcome.failure("failsafe_triggered", needs_human=True,
+                                             target_description=FAILSAFE_MESSAGE)
+            except CaptureError as exc:
+                return ActionOutcome.failure(f"capture_failed: {exc}"[:300])
+
+    def _execute(self, dispatch: DispatchAction, fx: _Effects) -> ActionOutcome:
+        action = dispatch.action
+        if action.type == "pause_for_human":
+            return ActionOutcome.failure("unsupported_action_type:pause_for_human")
+        area = self._area(dispatch)
+        before = self.screen.grab(area.rect)
+        if before.rect != area.rect:
+            return ActionOutcome.failure(
+                "monitor_unavailable", needs_human=False,
+                target_description=f"monitor {area.idx} {area.rect} is not (wholly) on the "
+                                   f"desktop {self.screen.desktop()} any more")
+        if action.type == "wait":
+            self._sleep(int(action.parameters["duration_ms"]) / 1000.0)
+            return self._frames(ActionOutcome(success=True), before, self.screen.grab(area.rect))
+        if action.type == "verify_screen":
+            return self._frames(self._verify(dispatch), before, self.screen.grab(area.rect))
+        refusal = self._wrong_window(action)
+        if refusal is not None:
+            return self._frames(refusal, before, before)
+        if action.type in POINTER:
+            outcome = self._pointer(action, area, before, fx)
+        elif action.type == "type":
+            outcome = self._type(action, area, before, fx)
+        elif action.type == "key_combo":
+            outcome = self._keys(action, fx)
+        else:
+            outcome = self._scroll(action, area, before, fx)
+        if not fx.done:  # refused before any input: the screen is as it was
+            return self._frames(outcome, before, before)
+        setup = bool(action.parameters.get("_setup_phase"))
+        after, changed = self._after(area, before, setup)
+        if outcome.success and action.type in POINTER and not changed and not setup:
+            outcome = replace(outcome, warning="no_screen_change")
+        return self._frames(outcome, before, after)
+
+    def _area(self, dispatch: DispatchAction) -> Area:
+        res, index = dispatch.monitor_resolution, dispatch.action.monitor_index
+        monitors = []
+        if index is not None and (res is None or res.idx < 0 or res.w <= 0 or res.h <= 0):
+            monitors = geometry.monitors_geometry()
+        return target_area(res, index, monitors, self.screen.desktop())
+
+    def _wrong_window(self, action: Action) -> ActionOutcome | None:
+        expected = action.expected_window_before
+        if not expected:
+            return None
+        title = geometry.active_window_title()
+        if title is None:
+            logger.warning("{}: cannot read the active window title; expected_window_before "
+                           "{!r} not checked", action.action_id, expected)
+            return None
+        if title_matches_any(title, [expected]):
+            return None
+        return ActionOutcome.failure("wrong_window", warning="wrong_window",
+                                     target_description=f"expected the window {expected!r} "
+                                                        f"in front, got {title!r}")
+
+    # Inputs ----------------------------------------------------------------------------------
+
+    def _find(self, action: Action, area: Area, before: Shot) -> Resolved:
+        return resolve_point(action.target_spec, before.image, (before.x, before.y), area.rect,
+                             self.config.anchor_scales, self.config.anchor_min_score)
+
+    def _not_found(self, action: Action, found: Resolved) -> ActionOutcome:
+        spec = action.target_spec
+        described = (spec.by_text or spec.vlm_description) if spec else None
+        return ActionOutcome.failure(
+            found.error or "target_not_found",
+            warning="visual_resolve_failed" if found.error == "target_not_found" else None,
+            target_description="; ".join(p for p in (described, found.detail) if p) or None,
+            target_spec=spec, resolution_method=found.method,
+            resolution_score=found.score, resolution_elapsed_ms=found.elapsed_ms)
+
+    def _resolved_fields(self, found: Resolved, area: Area) -> dict[str, Any]:
+        assert found.x is not None and found.y is not None
+        x0, y0, w, h = area.rect
+        return {"actual_position": {"x_pct": round((found.x - x0) / w, 5),
+                                    "y_pct": round((found.y - y0) / h, 5),
+                                    "x": float(found.x), "y": float(found.y)},
+                "resolution_method": found.method, "resolution_score": found.score,
+                "resolution_elapsed_ms": found.elapsed_ms}
+
+    def _safe(self, x: int, y: int) -> tuple[int, int]:
+        """Never end a move on a fail-safe corner: one pixel inwards clicks the same thing."""
+        if (x, y) in self.gui.FAILSAFE_POINTS:
+            return x + (1 if x <= 0 else -1), y + (1 if y <= 0 else -1)
+        return x, y
+
+    def _pointer(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
+        found = self._find(action, area, before)
+        if not found.found:
+            return self._not_found(action, found)
+        assert found.x is not None and found.y is not None
+        button, clicks = POINTER[action.type]
+        x, y = self._safe(found.x, found.y)
+        self.gui.click(x, y, clicks=clicks, interval=0.05, button=button)
+        fx.input()
+        return ActionOutcome(success=True, **self._resolved_fields(found, area))
+
+    def _type(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
+        text = str(action.parameters["text"])
+        try:
+            runs = typing_runs(text, self._typeable())
+        except InputSpecError as exc:
+            return ActionOutcome.failure(f"invalid_parameters:{exc}")
+        clipboard = None
+        if any(not typed for typed, _run in runs):
+            clipboard = _clipboard()
+            if clipboard is None:
+                return ActionOutcome.failure(
+                    "untypeable_text", target_description="the text has characters no key "
+                    "types and the clipboard is not usable (Linux: install xclip)")
+        fields: dict[str, Any] = {}
+        spec = action.target_spec
+        if spec is not None and (spec.anchor_image_base64 or spec.x_pct is not None):
+            found = self._find(action, area, before)
+            if not found.found:
+                return self._not_found(action, found)
+            assert found.x is not None and found.y is not None
+            self.gui.click(*self._safe(found.x, found.y))
+            fx.input()
+            fields = self._resolved_fields(found, area)
+        if action.parameters.get("clear_first"):
+            self.gui.hotkey("ctrl", "a")
+            fx.input()
+            self.gui.press("delete")
+        for typed, run in runs:
+            if typed:
+                self.gui.write(run, interval=self.config.type_interval_s)
+            else:
+                assert clipboard is not None
+                self._paste(clipboard, run)
+            fx.input()
+        return ActionOutcome(success=True, **fields)
+
+    def _typeable(self) -> set[str]:
+        mapping = getattr(self.gui.platformModule, "keyboardMapping", {})
+        return {k for k in self.gui.KEYBOARD_KEYS if len(k) == 1 and mapping.get(k) is not None}
+
+    def _paste(self, clipboard: Any, run: str) -> None:
+        saved = None
+        try:
+            saved = clipboard.paste()
+        except Exception:
+            logger.debug("could not read the clipboard before pasting")
+        clipboard.copy(run)
+        self.gui.hotkey("ctrl", "v")
+        self._sleep(0.05)  # the application reads the clipboard asynchronously
+        if saved is not None:
+            try:
+                clipboard.copy(saved)
+            except Exception:
+                logger.warning("could not put the clipboard back after pasting")
+
+    def _keys(self, action: Action, fx: _Effects) -> ActionOutcome:
+        try:
+            keys = normalise_keys(list(action.parameters["keys"]), self.gui.KEYBOARD_KEYS)
+        except InputSpecError as exc:
+            return ActionOutcome.failure(f"invalid_parameters:{exc}")
+        self.gui.hotkey(*keys)
+        fx.input()
+        return ActionOutcome(success=True)
+
+    def _scroll(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
+        p = action.parameters
+        delta = p.get("delta", p.get("clicks", -3))
+        if not isinstance(delta, int) or isinstance(delta, bool) or not -100 <= delta <= 100:
+            return ActionOutcome.failure("invalid_parameters:scroll needs an integer delta "
+                                         "(-100..100)")
+        fields: dict[str, Any] = {}
+        spec = action.target_spec
+        if spec is not None and (spec.anchor_image_base64 or spec.x_pct is not None):
+            found = self._find(action, area, before)
+            if not found.found:
+                return self._not_found(action, found)
+            assert found.x is not None and found.y is not None
+            x, y = self._safe(found.x, found.y)
+            fields = self._resolved_fields(found, area)
+        else:  # the wheel goes to the window under the pointer: keep it on the area
+            x0, y0, w, h = area.rect
+            px, py = self.gui.position()
+            x, y = (px, py) if x0 <= px < x0 + w and y0 <= py < y0 + h else \
+                self._safe(x0 + w // 2, y0 + h // 2)
+        self.gui.scroll(delta, x=x, y=y)
+        fx.input()
+        return ActionOutcome(success=True, **fields)
+
+    # Observation -----------------------------------------------------------------------------
+
+    def _verify(self, dispatch: DispatchAction) -> ActionOutcome:
+        action = dispatch.action
+        duration = action.parameters.get("duration_ms")
+        try:
+            patterns = guard_patterns(action)
+            guard_s = guard_timeout_s(action)
+        except GuardSpecError as exc:
+            return ActionOutcome.failure(f"invalid_parameters:{exc}")
+        if isinstance(duration, int) and not isinstance(duration, bool) and \
+                0 < duration <= 3_600_000:
+            self._sleep(duration / 1000.0)
+        if not patterns:
+            return ActionOutcome(success=True)
+        progress = self.on_progress
+        return check_window(patterns, geometry.active_window_title, guard_s,
+                            self.config.correction_timeout_s, self._clock, self._sleep,
+                            None if progress is None else lambda info: progress(dispatch, info))
+
+    def _after(self, area: Area, before: Shot, setup: bool) -> tuple[Shot, bool]:
+        """The area after an input, and whether it changed (polled up to the timeout)."""
+        if setup:
+            self._sleep(SETUP_SETTLE_S)
+            return self.screen.grab(area.rect), True
+        deadline = self._clock() + self.config.screen_change_timeout_s
+        while True:
+            self._sleep(CHANGE_POLL_S)
+            after = self.screen.grab(area.rect)
+            if screen_changed(before.image, after.image):
+                return after, True
+            if self._clock() >= deadline:
+                return after, False
+
+    def _frames(self, outcome: ActionOutcome, before: Shot, after: Shot) -> ActionOutcome:
+        return replace(outcome, screenshot_before=encode_screenshot(before.image, self.config),
+                       screenshot_after=encode_screenshot(after.image, self.config))
 
     def close(self) -> None:
-        """Nothing to release."""
+        self.screen.close()
+
+
+def _same_display(pyautogui: Any) -> None:
+    """pyautogui connects to X once, at import: refuse to run against another display."""
+    conn = getattr(getattr(pyautogui, "platformModule", None), "_display", None)
+    wanted = os.environ.get("DISPLAY")
+    if conn is None or wanted is None:
+        return
+    name = conn.get_display_name()
+    if name != wanted:
+        raise ExecutorUnavailable(f"pyautogui is bound to display {name} in this process, "
+                                  f"not {wanted}")
+
+
+def _clipboard() -> Any:
+    """pyperclip if it can reach a clipboard here, else None."""
+    try:
+        import pyperclip
+
+        pyperclip.paste()
+    except Exception:
+        return None
+    return pyperclip

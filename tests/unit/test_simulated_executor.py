@@ -240,7 +240,9 @@ def test_scenario_files_are_validated(tmp_path: Path) -> None:
         load_scenario(tmp_path / "missing.json")
 
 
-def test_desktop_executor_refuses_clearly() -> None:
-    with pytest.raises(ExecutorUnavailable, match="not implemented"):
+def test_desktop_executor_refuses_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a screen the desktop executor refuses to start (the agent exits 2)."""
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(ExecutorUnavailable, match="DISPLAY is not set"):
         make_executor("desktop")
     assert make_executor("simulated").name == "simulated"

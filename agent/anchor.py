@@ -1,0 +1,267 @@
+"""Find an anchor image (a crop recorded with the workflow) on a monitor's pixels.
+
+Zero-mean normalised cross-correlation (the score OpenCV calls TM_CCOEFF_NORMED: 1.0 is a
+perfect match, insensitive to brightness and contrast changes), coarse to fine:
+
+1. coarse: the monitor image and the anchor, both reduced by the same factor (box average,
+   then a one-pixel blur so that where the box grid falls does not matter), are correlated
+   through the FFT at every position, for each of a few anchor scales (a recorded anchor
+   may come back slightly larger or smaller: another DPI, a zoomed app), the most likely
+   scale first; a near-perfect match ends the search;
+2. fine: around the best few coarse peaks, the full-resolution anchor at that scale is
+   correlated pixel by pixel over a small window, which recovers the exact position (a
+   1-pixel shift included) and the true score.
+
+A match below ``min_score`` is no match: the caller reports ``target_not_found`` and does
+not click. Pure numpy + Pillow: no screen, testable on synthetic images.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
+from PIL import Image, ImageFilter, UnidentifiedImageError
+
+F64 = npt.NDArray[np.float64]
+
+DEFAULT_SCALES: tuple[float, ...] = (1.0, 0.95, 1.05, 0.9, 1.1, 0.8, 1.25)
+"""Anchor scales tried: slight rescales, and 100 % <-> 125 % display scaling."""
+DEFAULT_MIN_SCORE = 0.85
+MIN_COARSE_SIDE = 8
+"""The reduced anchor keeps at least this many pixels on its shorter side."""
+MAX_COARSE_FACTOR = 3
+COARSE_BLUR = 1
+PEAKS_PER_SCALE = 3
+"""Coarse peaks refined at full resolution per scale (the true one is not always the best
+at coarse resolution, where similar-looking buttons differ only by their text)."""
+EARLY_ACCEPT = 0.95
+"""A match this good ends the search: no other scale can do meaningfully better."""
+SCALE_STEP = 0.025
+"""Scales tried around the best one, at full resolution only."""
+FLAT_STD = 2.0
+"""A grey-level standard deviation below this means the anchor has nothing to match on."""
+MAX_ANCHOR_PIXELS = 4_000_000
+
+
+class AnchorError(ValueError):
+    """The anchor image cannot be used (not an image, empty, flat, too large)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Where the anchor was found, in the searched image's pixels (``x, y`` = its centre)."""
+
+    found: bool
+    x: float
+    y: float
+    score: float
+    scale: float
+    left: int
+    top: int
+    w: int
+    h: int
+    elapsed_ms: float
+
+
+def decode_anchor(data: str) -> Image.Image:
+    """The anchor from base64 (a ``data:image/...;base64,`` prefix is accepted)."""
+    text = data.strip()
+    if text.startswith("data:"):
+        text = text.partition(",")[2]
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise AnchorError(f"anchor_image_base64 is not base64: {exc}") from exc
+    try:
+        with Image.open(io.BytesIO(raw)) as img:
+            if img.width * img.height > MAX_ANCHOR_PIXELS:
+                raise AnchorError(f"anchor image too large ({img.width}x{img.height})")
+            img.load()
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
+        raise AnchorError(f"anchor_image_base64 is not an image: {exc}") from exc
+
+
+def gray(image: Image.Image) -> F64:
+    """Luma in [0, 255] as float64 (the correlation sums need the precision)."""
+    return np.asarray(image.convert("L"), dtype=np.float64)
+
+
+def _coarse(image: Image.Image, factor: int, template: bool = False) -> Image.Image:
+    """Reduced by ``factor`` (box average), then blurred by one coarse pixel.
+
+    The blur makes the coarse picture nearly independent of where the box grid falls (a
+    1-pixel line lands in one coarse pixel or is split over two): an anchor cut at any offset
+    still correlates well. A template's blurred border saw no neighbours, so it is cut off
+    (``template=True``): its coarse position is then one coarse pixel further in.
+    """
+    if factor == 1:
+        return image
+    blurred = image.reduce(factor).filter(ImageFilter.BoxBlur(COARSE_BLUR))
+    if not template:
+        return blurred
+    b = COARSE_BLUR
+    return blurred.crop((b, b, blurred.width - b, blurred.height - b))
+
+
+def _resize(image: Image.Image, w: int, h: int) -> Image.Image:
+    if (w, h) == image.size:
+        return image
+    return image.resize((max(1, w), max(1, h)), Image.Resampling.BILINEAR)
+
+
+def _window_sums(integral: F64, h: int, w: int) -> F64:
+    """Sum of every ``h x w`` window, from an integral image padded with a zero row/column."""
+    return integral[h:, w:] - integral[:-h, w:] - integral[h:, :-w] + integral[:-h, :-w]
+
+
+def _integral(a: F64) -> F64:
+    out = np.zeros((a.shape[0] + 1, a.shape[1] + 1))
+    np.cumsum(np.cumsum(a, axis=0), axis=1, out=out[1:, 1:])
+    return out
+
+
+class _Coarse:
+    """The reduced monitor image, prepared once for every anchor scale (FFT + sums)."""
+
+    def __init__(self, a: F64) -> None:
+        self.a = a
+        self.shape = a.shape
+        self.s1 = _integral(a)
+        self.s2 = _integral(a * a)
+        self.spectrum = np.fft.rfft2(a)
+
+    def ncc_all(self, t: F64) -> F64:
+        """The score at every position where ``t`` fits (FFT correlation)."""
+        h, w = t.shape
+        tz = t - t.mean()
+        corr = np.fft.irfft2(self.spectrum * np.conj(np.fft.rfft2(tz, s=self.shape)),
+                             s=self.shape)
+        num = corr[:self.shape[0] - h + 1, :self.shape[1] - w + 1]
+        return _divide(num, _denominator(self.s1, self.s2, h, w, tz))
+
+
+def _denominator(s1: F64, s2: F64, h: int, w: int, tz: F64) -> F64:
+    n = h * w
+    w1, w2 = _window_sums(s1, h, w), _window_sums(s2, h, w)
+    var = np.maximum(w2 - w1 * w1 / n, 0.0)
+    return np.sqrt(var) * float(np.sqrt((tz * tz).sum()))
+
+
+def ncc_window(a: npt.NDArray[Any], t: F64, top: int, left: int, rows: int, cols: int) -> F64:
+    """The score of ``t`` at positions ``[top, top+rows) x [left, left+cols)`` of ``a``
+    (direct sums over that window only)."""
+    h, w = t.shape
+    tz = t - t.mean()
+    sub = a[top:top + rows + h - 1, left:left + cols + w - 1].astype(np.float64)
+    num = np.einsum("ijkl,kl->ij", sliding_window_view(sub, (h, w)), tz, optimize=True)
+    return _divide(num, _denominator(_integral(sub), _integral(sub * sub), h, w, tz))
+
+
+def _divide(num: F64, den: F64) -> F64:
+    # A flat screen region (den ~ 0) matches nothing rather than everything.
+    out = np.zeros_like(num)
+    ok = den > 1e-6
+    np.divide(num, den, out=out, where=ok)
+    return np.clip(out, -1.0, 1.0)
+
+
+def _peaks(scores: F64, count: int, radius: int) -> list[tuple[float, int, int]]:
+    """The ``count`` best positions at least ``radius`` apart (greedy suppression)."""
+    found: list[tuple[float, int, int]] = []
+    work = scores.copy()
+    for _ in range(count):
+        flat = int(np.argmax(work))
+        r, c = divmod(flat, work.shape[1])
+        best = float(work[r, c])
+        if best <= -1.0:
+            break
+        found.append((best, r, c))
+        work[max(0, r - radius):r + radius + 1, max(0, c - radius):c + radius + 1] = -1.0
+    return found
+
+
+def find_anchor(screen: Image.Image, anchor: Image.Image,
+                scales: Sequence[float] = DEFAULT_SCALES,
+                min_score: float = DEFAULT_MIN_SCORE) -> Match:
+    """Best match of ``anchor`` in ``screen`` (both PIL images, any mode).
+
+    Scales are tried in the order given and the search stops at the first one whose match
+    scores ``EARLY_ACCEPT``: on the machine that recorded the anchor, the first (1.0) is
+    the usual answer. Raises :class:`AnchorError` if the anchor cannot be matched at all.
+    """
+    started = time.perf_counter()
+    anchor_l, screen_l = anchor.convert("L"), screen.convert("L")
+    aw, ah = anchor_l.size
+    if aw < 2 or ah < 2:
+        raise AnchorError(f"anchor image too small ({aw}x{ah})")
+    if float(gray(anchor_l).std()) < FLAT_STD:
+        raise AnchorError("anchor image is flat (one colour): nothing to match on")
+    factor = max(1, min(MAX_COARSE_FACTOR, min(aw, ah) // (MIN_COARSE_SIDE + 2 * COARSE_BLUR)))
+    shift = COARSE_BLUR if factor > 1 else 0
+    coarse = _Coarse(gray(_coarse(screen_l, factor)))
+    full = np.asarray(screen_l)
+    best: _Fine | None = None
+    for s in scales:
+        w, h = round(aw * s), round(ah * s)
+        if s <= 0 or w < 2 or h < 2 or w > screen_l.width or h > screen_l.height:
+            continue
+        t = gray(_coarse(_resize(anchor_l, w, h), factor, template=True))
+        th, tw = t.shape
+        if min(tw, th) < 2 or tw > coarse.shape[1] or th > coarse.shape[0] \
+                or float(t.std()) < FLAT_STD / 2:
+            continue
+        for _score, r, c in _peaks(coarse.ncc_all(t), PEAKS_PER_SCALE, max(1, min(tw, th) // 2)):
+            fine = _refine(full, anchor_l, s, (r - shift) * factor, (c - shift) * factor,
+                           factor + 2)
+            if fine is not None and (best is None or fine.score > best.score):
+                best = fine
+        if best is not None and best.score >= EARLY_ACCEPT:
+            break
+    if best is not None and best.score < EARLY_ACCEPT:
+        # The scale grid is coarse: try the neighbours of the best scale at the best spot.
+        for s in (best.scale - SCALE_STEP, best.scale + SCALE_STEP):
+            fine = _refine(full, anchor_l, s, best.top, best.left, 2)
+            if fine is not None and fine.score > best.score:
+                best = fine
+    elapsed = round((time.perf_counter() - started) * 1000, 3)
+    if best is None:
+        return Match(False, 0.0, 0.0, 0.0, 1.0, 0, 0, aw, ah, elapsed)
+    return Match(best.score >= min_score, best.left + (best.w - 1) / 2,
+                 best.top + (best.h - 1) / 2, round(best.score, 4), round(best.scale, 4),
+                 best.left, best.top, best.w, best.h, elapsed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fine:
+    score: float
+    scale: float
+    top: int
+    left: int
+    w: int
+    h: int
+
+
+def _refine(full: npt.NDArray[np.uint8], anchor: Image.Image, scale: float, row: int, col: int,
+            margin: int) -> _Fine | None:
+    """The best full-resolution position within ``margin`` pixels of ``(row, col)``."""
+    w, h = round(anchor.width * scale), round(anchor.height * scale)
+    if w < 2 or h < 2 or w > full.shape[1] or h > full.shape[0]:
+        return None
+    top, left = max(0, row - margin), max(0, col - margin)
+    rows = min(full.shape[0] - h + 1, row + margin + 1) - top
+    cols = min(full.shape[1] - w + 1, col + margin + 1) - left
+    if rows <= 0 or cols <= 0:
+        return None
+    scores = ncc_window(full, gray(_resize(anchor, w, h)), top, left, rows, cols)
+    dr, dc = divmod(int(np.argmax(scores)), scores.shape[1])
+    return _Fine(float(scores[dr, dc]), scale, top + dr, left + dc, w, h)

@@ -1,0 +1,137 @@
+"""Which monitor and which pixel the desktop executor acts on (no screen needed)."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image, ImageDraw
+
+from agent.executors.desktop_config import ConfigError, DesktopConfig
+from agent.executors.desktop_frames import encode_screenshot, screen_changed
+from agent.executors.desktop_target import point_at_pct, resolve_point, target_area
+from messages.monitor import Monitor, MonitorResolution
+from messages.workflow import TargetSpec
+
+# A monitor left of the primary (Windows): negative origin.
+MONITORS = [Monitor(idx=0, x=0, y=0, w=1920, h=1080, primary=True),
+            Monitor(idx=1, x=-1280, y=-200, w=1280, h=1024)]
+DESKTOP = (-1280, -200, 3200, 1280)
+
+
+def test_the_dispatch_resolution_wins() -> None:
+    res = MonitorResolution(idx=1, offset_x=-1280, offset_y=-200, w=1280, h=1024,
+                            source="focus")
+    area = target_area(res, 0, MONITORS, DESKTOP)
+    assert (area.idx, area.rect, area.source) == (1, (-1280, -200, 1280, 1024), "focus")
+
+
+def test_a_composite_resolution_is_the_whole_desktop() -> None:
+    res = MonitorResolution(idx=-1, offset_x=0, offset_y=0, w=0, h=0,
+                            source="composite_fallback", reason="invalid_index")
+    assert target_area(res, None, MONITORS, DESKTOP).rect == DESKTOP
+    assert target_area(res, 7, MONITORS, DESKTOP).rect == DESKTOP
+
+
+def test_a_router_without_our_monitors_yields_to_the_agent_geometry() -> None:
+    res = MonitorResolution(idx=-1, offset_x=0, offset_y=0, w=0, h=0,
+                            source="composite_fallback", reason="no_heartbeat")
+    area = target_area(res, 1, MONITORS, DESKTOP)
+    assert (area.idx, area.rect, area.source) == (1, (-1280, -200, 1280, 1024), "action")
+
+
+def test_without_resolution_the_action_monitor_then_the_composite() -> None:
+    assert target_area(None, 1, MONITORS, DESKTOP).rect == (-1280, -200, 1280, 1024)
+    assert target_area(None, 7, MONITORS, DESKTOP).rect == DESKTOP
+    assert target_area(None, None, MONITORS, DESKTOP).source == "composite_fallback"
+    assert target_area(None, 1, [], DESKTOP).rect == DESKTOP
+
+
+def test_percentages_are_offset_into_desktop_coordinates() -> None:
+    rect = (-1280, -200, 1280, 1024)
+    assert point_at_pct(rect, 0.5, 0.5) == (-640, 312)
+    assert point_at_pct(rect, 0.0, 0.0) == (-1280, -200)
+    assert point_at_pct(rect, 1.0, 1.0) == (-1, 823)  # the last pixel, not the next monitor
+
+
+def monitor_image() -> tuple[Image.Image, tuple[int, int, int, int]]:
+    img = Image.new("RGB", (1280, 1024), (240, 240, 240))
+    d = ImageDraw.Draw(img)
+    d.rectangle((300, 400, 420, 440), fill=(30, 90, 200), outline=(0, 0, 0), width=2)
+    d.text((320, 412), "Imagerie", fill=(255, 255, 255))
+    d.ellipse((800, 100, 860, 160), fill=(200, 30, 30))
+    return img, (300, 400, 421, 441)
+
+
+def b64(image: Image.Image) -> str:
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def test_anchor_found_on_a_negative_origin_monitor_is_offset() -> None:
+    img, box = monitor_image()
+    spec = TargetSpec(anchor_image_base64=b64(img.crop(box)))
+    found = resolve_point(spec, img, (-1280, -200), (-1280, -200, 1280, 1024), (1.0,), 0.85)
+    assert found.found and found.method == "template_match"
+    assert (found.x, found.y) == (-1280 + 360, -200 + 420)
+
+
+def test_anchor_not_found_does_not_fall_back_to_position_unless_asked() -> None:
+    img, _box = monitor_image()
+    absent = Image.new("RGB", (60, 30), "white")
+    ImageDraw.Draw(absent).line((0, 0, 60, 30), fill=(0, 160, 0), width=4)
+    spec = TargetSpec(anchor_image_base64=b64(absent), x_pct=0.5, y_pct=0.5)
+    found = resolve_point(spec, img, (0, 0), (0, 0, 1280, 1024), (1.0,), 0.85)
+    assert not found.found and found.error == "target_not_found"
+    asked = spec.model_copy(update={"resolve_order": ["ocr", "template", "position"]})
+    fallback = resolve_point(asked, img, (0, 0), (0, 0, 1280, 1024), (1.0,), 0.85)
+    assert (fallback.x, fallback.y, fallback.method) == (640, 512, "position_fallback")
+
+
+def test_nothing_to_resolve_is_target_not_found_and_says_why() -> None:
+    img, _box = monitor_image()
+    found = resolve_point(TargetSpec(by_text="Imagerie", resolve_order=["ocr", "vlm"]), img,
+                          (0, 0), (0, 0, 1280, 1024), (1.0,), 0.85)
+    assert found.error == "target_not_found" and found.detail is not None
+    assert "ocr, vlm" in found.detail
+    assert resolve_point(None, img, (0, 0), (0, 0, 1, 1), (1.0,), 0.85).error == \
+        "target_not_found"
+
+
+def test_a_bad_anchor_is_invalid_not_absent() -> None:
+    img, _box = monitor_image()
+    found = resolve_point(TargetSpec(anchor_image_base64="%%%"), img, (0, 0),
+                          (0, 0, 1280, 1024), (1.0,), 0.85)
+    assert found.error == "invalid_target_spec"
+
+
+def test_config_from_env_and_its_errors() -> None:
+    cfg = DesktopConfig.from_env({"RPA_HUMAN_CORRECTION_TIMEOUT_S": "5",
+                                  "LEA_DESKTOP_SCREENSHOT_FORMAT": "PNG",
+                                  "LEA_DESKTOP_ANCHOR_SCALES": "1.0, 1.25"})
+    assert (cfg.correction_timeout_s, cfg.screenshot_format, cfg.anchor_scales) == \
+        (5.0, "png", (1.0, 1.25))
+    assert DesktopConfig.from_env({}) == DesktopConfig()
+    assert DesktopConfig().correction_timeout_s == 120.0
+    for name, value in [("RPA_HUMAN_CORRECTION_TIMEOUT_S", "soon"),
+                        ("LEA_DESKTOP_SCREENSHOT_FORMAT", "gif"),
+                        ("LEA_DESKTOP_ANCHOR_MIN_SCORE", "2"),
+                        ("LEA_DESKTOP_ANCHOR_SCALES", "0,1")]:
+        with pytest.raises(ConfigError, match=name):
+            DesktopConfig.from_env({name: value})
+
+
+def test_screenshots_are_capped_and_changes_need_more_than_a_few_pixels() -> None:
+    img, _box = monitor_image()
+    jpeg = encode_screenshot(img, DesktopConfig(screenshot_max_side=640))
+    assert Image.open(io.BytesIO(jpeg)).size == (640, 512)
+    assert Image.open(io.BytesIO(jpeg)).format == "JPEG"
+    caret = img.copy()
+    caret.putpixel((5, 5), (0, 0, 0))
+    assert not screen_changed(img, caret)
+    menu = img.copy()
+    ImageDraw.Draw(menu).rectangle((500, 500, 700, 560), fill=(255, 255, 255),
+                                   outline=(0, 0, 0))
+    assert screen_changed(img, menu)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import heapq
 import os
+import queue
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, ClassVar, TypeVar, cast
@@ -25,7 +27,7 @@ from broker.config import Settings
 from broker.worker import Request, Worker, answer
 from messages import events
 from messages.base import Message
-from messages.codec import Envelope
+from messages.codec import Envelope, encode
 from messages.control import ErrorReply, Ping, Pong
 from supervision.liveness import Beacon
 
@@ -43,10 +45,25 @@ class Incoming:
 Handler = Callable[[Any, Incoming], Message]
 
 
+class Deferred(Message, type_name="actor.deferred"):
+    """What a handler returns when :meth:`Actor.defer` answers later; never sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """A deferred job's outcome, handed from its worker thread to the loop."""
+
+    req: Incoming
+    reply: Message
+    then: Callable[[Message], None] | None
+    failure: str | None  # repr of the exception when the job raised
+
+
 class Actor:
     """Base of the six actors; ``run()`` serves until SIGTERM / SIGINT and returns 0."""
 
     service: ClassVar[str] = ""
+    deferred_workers: ClassVar[int] = 4  # threads for :meth:`defer` jobs
 
     def __init__(self, settings: Settings) -> None:
         if not self.service:
@@ -63,6 +80,11 @@ class Actor:
         self._timers: list[tuple[float, int, float, Callable[[float], None]]] = []
         self._extra: dict[zmq.Socket[bytes], Callable[[], None]] = {}
         self._stopping = False
+        self._held = False  # the request being served is answered later (defer)
+        self._pool: ThreadPoolExecutor | None = None
+        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self._doorbell = f"inproc://deferred-{id(self)}"
+        self._bell: zmq.Socket[bytes] | None = None  # rung by worker threads when done
         self.handle(Ping, self.on_ping)
 
     # Registration -------------------------------------------------------------------------
@@ -88,6 +110,76 @@ class Actor:
     def publish(self, topic: str, **data: Any) -> None:
         self.bus.publish(topic, **data)
 
+    def defer(self, req: Incoming, work: Callable[[], Message],
+              then: Callable[[Message], None] | None = None) -> Deferred:
+        """Answer ``req`` with ``work()`` run on a worker thread; a handler returns this.
+
+        For a handler that must block (an HTTP call) without stopping the loop: heartbeats,
+        the supervisor's beacon and other requests go on meanwhile. ``then(reply)`` runs on
+        the loop thread just before the reply is sent (publish events there: sockets are
+        not thread-safe). ``work`` must not touch the actor's sockets. A ``work`` that
+        raises is answered like a raising handler: ErrorReply ``internal_error``.
+        """
+        if self._pool is None:
+            self._bell = self.ctx.socket(zmq.PULL)
+            self._bell.bind(self._doorbell)
+            self.watch(self._bell, self._deliver_deferred)
+            self._pool = ThreadPoolExecutor(self.deferred_workers,
+                                            thread_name_prefix=f"{self.service}-deferred")
+        self._pool.submit(self._run_deferred, req, work, then)
+        return Deferred()
+
+    def _run_deferred(self, req: Incoming, work: Callable[[], Message],
+                      then: Callable[[Message], None] | None) -> None:
+        """On a worker thread: do the work, queue the outcome, ring the loop's doorbell."""
+        failure = None
+        try:
+            reply = work()
+        except Exception as exc:
+            logger.exception("{}: a deferred request failed", self.service)
+            failure = repr(exc)
+            reply = ErrorReply(code="internal_error", message=failure[:1000])
+        self._done.put(_Done(req, reply, then, failure))
+        try:
+            bell: zmq.Socket[bytes] = self.ctx.socket(zmq.PUSH)
+        except zmq.ZMQError:
+            return  # the actor is stopping: nobody is left to answer
+        try:
+            bell.connect(self._doorbell)
+            bell.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the loop still finds the outcome at its next turn
+        finally:
+            bell.close(0)
+
+    def _deliver_deferred(self) -> None:
+        """On the loop: send every finished deferred reply."""
+        while self._bell is not None:
+            try:
+                self._bell.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        while True:
+            try:
+                done = self._done.get_nowait()
+            except queue.Empty:
+                return
+            reply = done.reply
+            if done.failure is not None:
+                self._refused("internal_error", done.failure)
+            elif done.then is not None:
+                try:
+                    done.then(reply)
+                except Exception:
+                    logger.exception("{}: after a deferred request", self.service)
+            try:
+                data = encode(reply, done.req.id)
+            except Exception as exc:  # a job returning an unsendable message is a bug
+                logger.exception("{}: cannot encode a deferred reply", self.service)
+                data = encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]),
+                              done.req.id)
+            self.worker.reply(Request(client=done.req.client, body=[]), data)
+
     # Hooks ----------------------------------------------------------------------------------
 
     def on_start(self) -> None:
@@ -111,7 +203,9 @@ class Actor:
         if handler is None:
             return ErrorReply(code="unsupported_type",
                               message=f"{self.service} does not handle {envelope.type!r}")
-        return handler(envelope.body, Incoming(envelope.id, client))
+        reply = handler(envelope.body, Incoming(envelope.id, client))
+        self._held = isinstance(reply, Deferred)
+        return reply
 
     def _refused(self, reason: str, detail: str) -> None:
         self.publish(events.BAD_MESSAGE, service=self.service, reason=reason,
@@ -157,12 +251,17 @@ class Actor:
                 ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
                 if self.worker.socket in ready:
                     for request in self.worker.drain():
-                        self.worker.reply(request, self.serve(request))
+                        self._held = False
+                        reply = self.serve(request)
+                        if not self._held:  # else defer() answers when its job is done
+                            self.worker.reply(request, reply)
                 if self.client.socket in ready:
                     self.client.drain()
                 for sock, on_readable in list(self._extra.items()):
                     if sock in ready:
                         on_readable()
+                if not self._done.empty():  # a doorbell lost to a race: deliver anyway
+                    self._deliver_deferred()
                 now = time.monotonic()
                 self.worker.tick(now)
                 self.client.tick(now)
@@ -170,6 +269,8 @@ class Actor:
                 self.beacon.beat()
         finally:
             self.on_stop()
+            if self._pool is not None:  # running jobs end by themselves (their deadline)
+                self._pool.shutdown(wait=False, cancel_futures=True)
             self.worker.close()
             self.client.close()
             self.bus.close()

@@ -2,7 +2,8 @@
 
 Starts the tree and a simulated agent on free ports with their own data directory, replays
 the example workflow, prints the events as they happen and, at the pause, asks the person at
-the terminal to acknowledge each safety check before resuming.
+the terminal to acknowledge each safety check before resuming. ``--ollama-stub``: Léa's
+contextual checks come from a stand-in Ollama server (cli/ollama_stub.py).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from actors import ACTORS
 from broker.bus import Subscriber
 from broker.client import CallFailed, SyncClient
 from broker.config import Settings, settings_env
+from cli.ollama_stub import OllamaStub
 from cli.ping import ping_service
-from cli.replay_cmd import describe
+from cli.replay_cmd import check_lines, describe, pause_lines
 from cli.tap import format_event
 from cli.workflow_cmd import load_workflow
 from messages import events
@@ -60,6 +62,13 @@ def narrate(event: Event) -> str:
         return f"▶ resumed by {d.get('operator')} (checks {d.get('acknowledged_check_ids')})"
     if event.topic == events.REPLAY_COMPLETED:
         return f"✔ replay completed: {d.get('completed_actions')}/{d.get('total')} steps"
+    if event.topic == events.SAFETY_CHECKS_GENERATED:
+        from_lea = list(d.get("sources") or []).count("llm_contextual")
+        return (f"☑ checklist for {step}: {d.get('count')} check(s)"
+                + (f", {from_lea} suggested by Léa" if from_lea else ""))
+    if event.topic == events.SAFETY_CHECKS_LLM_FAILED:
+        return (f"⚠ Léa could not look at the screen for {step} ({d.get('cause')}): "
+                f"{d.get('detail')}")
     if event.topic == events.REPLAY_STARTED:
         return f"replay {d.get('replay_id')} started ({d.get('total')} steps, {d.get('mode')})"
     return format_event(event)
@@ -85,43 +94,57 @@ def _echo_events(settings: Settings, stop: threading.Event, muted: threading.Eve
         sub.close()
 
 
-def ask_checks(summary: ReplaySummary, ask: TextIO = sys.stdin) -> list[str]:
-    """Ask for each check; returns the ids acknowledged. Required ones are asked until yes."""
-    print(f"\n=== Léa is paused: {summary.pause_reason} ===")
-    print(summary.pause_message or "")
+def ask_checks(summary: ReplaySummary, ask: TextIO = sys.stdin,
+               out: TextIO = sys.stdout) -> list[str]:
+    """Show the pause and its checklist (as ``replay status`` does), then ask for each check;
+    returns the ids acknowledged. A required check is asked again until it is done: Léa
+    does not continue before (Ctrl-C stops the demo). Léa's suggestions are optional."""
+    print("\n=== Léa is paused ===", file=out)
+    for line in pause_lines(summary, hint=False):
+        print(line, file=out)
     acked = []
+    width = max((len(c.id) for c in summary.safety_checks), default=0)
     for check in summary.safety_checks:
-        badge = "REQUIRED" if check.required else "optional"
+        print(file=out)
         while True:
-            print(f"  [{badge}] {check.label}" + (f"\n      evidence: {check.evidence}"
-                                                 if check.evidence else ""))
-            answer = _input("  Checked? [y/n] ", ask).strip().lower()
+            for line in check_lines(check, box="[?]", id_width=width):
+                print(f"  {line}", file=out)
+            answer = _input("  Done? [y/n] ", ask, out).strip().lower()
             if answer in ("y", "yes", "o", "oui"):
                 acked.append(check.id)
                 break
             if not check.required:
                 break
-            print("  This check is required: Léa will not continue until it is done.")
-    if not summary.safety_checks:
-        _input("Press Enter to let Léa continue... ", ask)
+            print("  This check is REQUIRED: Léa will not continue until it is done.",
+                  file=out)
+    if summary.safety_checks:
+        print("\n" + "\n".join(f"  {'[x]' if c.id in acked else '[ ]'} {c.id}"
+                               for c in summary.safety_checks), file=out)
+    else:
+        _input("Press Enter to let Léa continue... ", ask, out)
     return acked
 
 
-def _input(prompt: str, stream: TextIO) -> str:
-    print(prompt, end="", flush=True)
+def _input(prompt: str, stream: TextIO, out: TextIO = sys.stdout) -> str:
+    print(prompt, end="", file=out, flush=True)
     line = stream.readline()
     if not line:
         raise EOFError("no answer on standard input")
     return line
 
 
-def run(settings: Settings, workflow_path: Path = EXAMPLE) -> int:
+def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = False) -> int:
     data_dir = settings.data_dir / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     demo = settings.model_copy(update={
         "mdp_endpoint": _free_endpoint(), "bus_in_endpoint": _free_endpoint(),
         "bus_out_endpoint": _free_endpoint(), "data_dir": data_dir})
     env = {**os.environ, **settings_env(demo), "LEA_LOG_LEVEL": "WARNING"}
     workflow = load_workflow(workflow_path)
+    stub = None
+    if ollama_stub:  # no model here: a stand-in answers like Ollama with canned checks
+        stub = OllamaStub("good").start()
+        env["OLLAMA_URL"] = stub.url
+        print(f"Léa's model: a stand-in Ollama server on {stub.url} (cli/ollama_stub.py).")
     print(f"Starting the tree (data in {data_dir}) and a simulated agent {MACHINE}...")
     procs = [
         subprocess.Popen([sys.executable, "-m", "cli", "up"], env=env, cwd=ROOT),
@@ -159,6 +182,8 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE) -> int:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if stub is not None:
+            stub.stop()
 
 
 def _follow(client: SyncClient, replay_id: str, muted: threading.Event) -> int:

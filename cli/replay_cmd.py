@@ -24,6 +24,7 @@ from messages.replay import (
     ReplayStatusReply,
     ReplaySummary,
     ResumeReplay,
+    SafetyCheck,
     StartReplay,
 )
 
@@ -61,6 +62,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")
 
 
+# What a pause reason means, for the person reading `replay status`.
+REASONS = {
+    "user_request": "the workflow asks a person to check before going on",
+    "system_dialog": "a system window blocks the screen",
+    "wrong_window": "the expected window is not on screen",
+    "needs_human": "the agent asks for help",
+    "target_not_found": "the target was not found after every retry",
+    "action_failed": "a step keeps failing",
+    "orphan_max_resends": "the agent did not answer for a step",
+    "dead_client": "the agent stopped answering",
+    "operator": "paused by an operator",
+    "loop_detected": "Léa seems to go round in circles",
+}
+SOURCES = {"declarative": "workflow", "llm_contextual": "Léa, suggestion", "system": "system"}
+
+
+def check_lines(check: SafetyCheck, box: str = "[ ]", id_width: int = 0) -> list[str]:
+    """One check as a person reads it: what to do, whether it is required, who asks, why.
+
+    A suggestion of the model is marked ``[Léa, suggestion]`` with what it saw on screen,
+    so it is never mistaken for a required check of the workflow."""
+    need = "REQUIRED" if check.required else "optional"
+    lines = [f"{box} {check.id:<{id_width}}  {need:<8}  "
+             f"[{SOURCES.get(check.source, check.source)}]  {check.label}"]
+    if check.evidence:
+        what = "Léa saw" if check.source == "llm_contextual" else "why"
+        lines.append(f"      {what}: {check.evidence}")
+    return lines
+
+
+def pause_lines(summary: ReplaySummary, hint: bool = True) -> list[str]:
+    """Why a replay is paused, what it says, and the checks to acknowledge before resuming
+    (``hint``: and the command that resumes it)."""
+    reason = summary.pause_reason or "unknown"
+    meaning = REASONS.get(reason)
+    lines = [f"  paused: {reason}" + (f" ({meaning})" if meaning else "")]
+    lines.extend(f"    {line}" for line in (summary.pause_message or "").splitlines())
+    checks = summary.safety_checks
+    if checks:
+        required = [c.id for c in checks if c.required]
+        lines.append(f"  checks to acknowledge ({len(required)} required of {len(checks)}):")
+        width = max(len(c.id) for c in checks)
+        for check in checks:
+            lines.extend(f"    {line}" for line in check_lines(check, id_width=width))
+    if hint:
+        acks = "".join(f" --ack {c.id}" for c in checks if c.required)
+        lines.append(f"  {'once checked' if checks else 'resume'}: python run.py replay "
+                     f"resume {summary.replay_id}{acks} --operator NAME")
+    return lines
+
+
 def describe(summary: ReplaySummary) -> str:
     """A replay as a person reads it."""
     lines = [
@@ -73,14 +125,7 @@ def describe(summary: ReplaySummary) -> str:
            if summary.status in ("running", "paused_need_help") else ""),
     ]
     if summary.status == "paused_need_help":
-        lines.append(f"  paused: {summary.pause_reason}")
-        if summary.pause_message:
-            lines.extend(f"    {line}" for line in summary.pause_message.splitlines())
-        for check in summary.safety_checks:
-            badge = "required" if check.required else "optional"
-            lines.append(f"    [ ] {check.id}: {check.label} ({badge}, {check.source})")
-            if check.evidence:
-                lines.append(f"        evidence: {check.evidence}")
+        lines.extend(pause_lines(summary))
     return "\n".join(lines)
 
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from messages.monitor import Monitor
 
 ActionType = Literal[
     "click", "double_click", "right_click", "type", "key_combo", "scroll", "wait",
@@ -17,6 +27,12 @@ ActionType = Literal[
 CRITICAL_TYPES: frozenset[str] = frozenset(
     {"click", "double_click", "right_click", "type", "key_combo"}
 )
+
+# Types that act on a monitor: the monitor router says which one before each dispatch.
+SCREEN_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll", "verify_screen"}
+# Types that send input to the workstation: the agent claims each attempt of one from the
+# dispatcher before any input, so a copy that is no longer current never runs (agent/serve.py).
+INPUT_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll"}
 
 ACTION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
@@ -38,6 +54,61 @@ class TargetSpec(_Strict):
     y_pct: float | None = Field(None, ge=0.0, le=1.0)
 
 
+SafetyLevel = Literal["standard", "medical_critical"]
+
+
+class DeclaredCheck(_Strict):
+    """One check of ``pause_for_human.parameters.safety_checks`` (spec/01 §6.1).
+
+    ``required`` must be a real boolean: ``"false"`` silently turning a check optional (or
+    the reverse) is not something a checklist may guess."""
+
+    id: str = Field(pattern=ACTION_ID.pattern)
+    label: str = Field(min_length=1, max_length=500)
+    required: StrictBool = True
+
+    @field_validator("label")
+    @classmethod
+    def _not_blank(cls, label: str) -> str:
+        if not label.strip():
+            raise ValueError("a check's label must not be blank")
+        return label
+
+
+class PauseSafety(BaseModel):
+    """The optional safety fields of a pause_for_human's parameters (spec/01 §6.1); its other
+    parameters (``message``, ...) are not looked at here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    safety_level: SafetyLevel | None = None
+    safety_checks: list[DeclaredCheck] | None = Field(None, max_length=50)
+
+    @model_validator(mode="after")
+    def _unique_check_ids(self) -> PauseSafety:
+        seen: set[str] = set()
+        for i, check in enumerate(self.safety_checks or []):
+            if check.id in seen:
+                raise ValueError(f"safety_checks[{i}].id {check.id!r} is not unique")
+            seen.add(check.id)
+        return self
+
+
+def pause_safety_problems(parameters: dict[str, Any]) -> list[str]:
+    """Why a pause_for_human's ``safety_level`` / ``safety_checks`` are not the spec's shape."""
+    try:
+        PauseSafety.model_validate(parameters)
+    except ValidationError as exc:
+        return [_where(err["loc"]) + err["msg"].removeprefix("Value error, ")
+                for err in exc.errors()]
+    return []
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return f"{path}: " if path else ""
+
+
 class Action(_Strict):
     """One workflow step."""
 
@@ -50,6 +121,9 @@ class Action(_Strict):
     success_strict: bool = False
     intention: str | None = None
     monitor_index: int | None = None
+    monitor_geometry: Monitor | None = None
+    """The recorded monitor (its entry of the recording agent's ``monitors_geometry``), so the
+    router finds the same physical screen even if the layout changed (messages/monitor.py)."""
     from_node: str | None = None
 
     @model_validator(mode="after")
@@ -90,4 +164,18 @@ class Workflow(_Strict):
                 raise ValueError(f"actions[{i}].action_id {action.action_id!r} is not unique"
                                  f" (also actions[{seen[action.action_id]}])")
             seen[action.action_id] = i
+        return self
+
+    @model_validator(mode="after")
+    def _pause_safety_fits_the_spec(self) -> Workflow:
+        # Checked on the workflow, where authors' files come in: a misspelt safety_level
+        # would silently skip the contextual checks. A lone Action stays lenient (the
+        # dispatcher normalises what it gets and never drops a check).
+        for i, action in enumerate(self.actions):
+            if action.type != "pause_for_human":
+                continue
+            problems = pause_safety_problems(action.parameters)
+            if problems:
+                raise ValueError(f"actions[{i}].parameters (action_id {action.action_id!r}): "
+                                 + "; ".join(problems))
         return self

@@ -1,0 +1,166 @@
+"""Safety-checks conversation: dispatcher → ``safety_checks`` (spec/01 §6).
+
+Before a replay pauses at a ``pause_for_human``, the dispatcher asks for the checklist the
+person must see: :class:`BuildPausePayload` is answered by :class:`PausePayload` (or an
+ErrorReply). The declarative part is a pure function of the action (:func:`declared_checks`),
+so a dispatcher that gets no answer builds exactly the same checks itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from messages.base import Message
+from messages.replay import Mode, SafetyCheck
+from messages.workflow import Action, SafetyLevel
+
+PAUSE_REASON: Literal["user_request"] = "user_request"  # spec/03 §8.1, a pause_for_human
+DEFAULT_PAUSE_MESSAGE = "Pause demandée par le workflow."
+
+# Why no contextual check came from the LLM (``lea:safety_checks_llm_failed`` ``cause``).
+LlmCause = Literal[
+    "timeout",            # no complete answer within RPA_SAFETY_CHECKS_LLM_TIMEOUT_S
+    "unreachable",        # connection refused, name not resolved, connection dropped
+    "http_error",         # an HTTP status other than 2xx
+    "invalid_response",   # a 2xx whose body is not Ollama's JSON reply
+    "invalid_json",       # the model's answer is not JSON
+    "schema_violation",   # JSON, but not {additional_checks: [{label, evidence}]}
+    "no_screenshot",      # nothing to look at: no request is sent
+    "client_error",       # anything else (a bug or an unexpected library error)
+]
+# What happened to the LLM layer for one pause.
+LlmStatus = Literal[
+    "not_requested",  # safety_level is not medical_critical
+    "disabled",       # RPA_SAFETY_CHECKS_LLM_ENABLED=0 (kill switch)
+    "ok",             # answered; its checks (maybe none) are in the payload
+    "failed",         # see LlmAudit.error; the payload holds no LLM check
+]
+
+
+class RecentStep(Message):
+    """A step already resolved in this replay, for the model's context."""
+
+    action_id: str = Field(min_length=1, max_length=200)
+    type: str = Field(min_length=1, max_length=40)
+    intention: str | None = Field(None, max_length=500)
+
+
+class ReplayContext(Message):
+    """Where the replay stands when it reaches the pause (the prompt's context)."""
+
+    workflow_id: str = Field(min_length=1, max_length=200)
+    workflow_name: str = Field("", max_length=500)
+    index: int = Field(ge=0)  # steps resolved before this pause
+    total: int = Field(ge=0)
+    recent_steps: list[RecentStep] = Field(default_factory=list, max_length=20)  # oldest first
+
+
+class BuildPausePayload(Message, type_name="safety.build_pause_payload"):
+    """Dispatcher → safety_checks: the checklist for this pause_for_human step."""
+
+    replay_id: str = Field(min_length=1, max_length=128)
+    session_id: str = Field(min_length=1, max_length=128)
+    machine_id: str = Field(min_length=1, max_length=128)
+    mode: Mode
+    action: Action
+    context: ReplayContext
+    last_screenshot: bytes | None = None  # PNG of the workstation's current screen
+
+    @field_validator("action")
+    @classmethod
+    def _a_pause(cls, action: Action) -> Action:
+        if action.type != "pause_for_human":
+            raise ValueError(f"action {action.action_id!r} is a {action.type!r}, "
+                             "not a pause_for_human")
+        return action
+
+
+class DroppedCheck(Message):
+    """A check the model proposed that the payload leaves out, and why (for the audit)."""
+
+    label: str
+    why: Literal["repeats_declared", "repeats_llm", "over_max", "blank"]
+
+
+class LlmAudit(Message):
+    """One call to the local model, kept with the pause for the audit trail."""
+
+    model: str
+    url: str
+    prompt: str
+    image_sha256: str | None = None  # the screenshot attached (audit stores it by hash)
+    raw_answer: str | None = None  # the model's text as received, before any validation
+    latency_ms: float = 0.0
+    error: LlmCause | None = None
+    error_detail: str | None = None
+    dropped: list[DroppedCheck] = Field(default_factory=list)
+
+
+class PausePayload(Message, type_name="safety.pause_payload"):
+    """safety_checks → dispatcher: what the person sees and must acknowledge.
+
+    ``checks``: declarative first (workflow order), then ``llm_contextual`` (never
+    required), then at most one ``system`` check (RPA_SAFETY_CHECKS_LLM_FAIL_MODE=closed).
+    """
+
+    checks: list[SafetyCheck] = Field(default_factory=list)
+    pause_reason: str = PAUSE_REASON
+    message: str
+    safety_level: SafetyLevel | None = None
+    llm_status: LlmStatus = "not_requested"
+    llm: LlmAudit | None = None  # None when no call was attempted
+
+
+LLM_UNAVAILABLE_CHECK_ID = "llm_unavailable"
+
+
+def llm_unavailable_check(evidence: str | None = None,
+                          check_id: str = LLM_UNAVAILABLE_CHECK_ID) -> SafetyCheck:
+    """The required ``system`` check of fail mode ``closed``: the model did not look."""
+    return SafetyCheck(
+        id=check_id, label=(
+            "Les vérifications contextuelles n'ont pas pu être produites : vérifiez vous-même "
+            "l'écran et le dossier avant de continuer."),
+        required=True, source="system", evidence=evidence)
+
+
+def pause_message(action: Action) -> str:
+    """The text shown at a pause_for_human: its ``message``, else its intention."""
+    message = action.parameters.get("message")
+    if isinstance(message, str) and message.strip():
+        return message
+    return action.intention or DEFAULT_PAUSE_MESSAGE
+
+
+def safety_level(action: Action) -> SafetyLevel | None:
+    level = action.parameters.get("safety_level")
+    return level if level in ("standard", "medical_critical") else None
+
+
+def declared_checks(action: Action) -> list[SafetyCheck]:
+    """``parameters.safety_checks`` as SafetyCheck (source declarative, evidence None).
+
+    A Workflow only admits the spec's shape (messages.workflow.PauseSafety); a lone Action
+    is taken leniently but never loses a check: a bare string becomes a label, a missing
+    id becomes ``check_<n>``, a repeated id gets ``_<n>``, a non-boolean ``required`` is
+    True. Same rules as the dispatcher's (actors/dispatcher/rules.py), on purpose.
+    """
+    raw = action.parameters.get("safety_checks")
+    if not isinstance(raw, list):
+        return []
+    checks: list[SafetyCheck] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw, start=1):
+        entry: dict[str, Any] = item if isinstance(item, dict) else {"label": str(item)}
+        cid = str(entry.get("id") or f"check_{i}")
+        while cid in seen:
+            cid = f"{cid}_{i}"
+        seen.add(cid)
+        label = str(entry.get("label") or entry.get("id") or f"Vérification {i}")
+        required = entry.get("required", True)
+        checks.append(SafetyCheck(id=cid, label=label,
+                                  required=required if isinstance(required, bool) else True,
+                                  source="declarative", evidence=None))
+    return checks

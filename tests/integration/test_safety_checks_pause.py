@@ -1,0 +1,69 @@
+"""A medical_critical pause end to end: the whole tree (``python run.py``), a simulated agent,
+the example workflow, Léa's model a real HTTP server answering like Ollama; what the person
+sees with ``python run.py replay status`` (spec/01 §6.4)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli.ollama_stub import GOOD_CHECKS, OllamaStub
+from cli.workflow_cmd import load_workflow
+from tests.conftest import Spawn, free_port
+from tests.integration.probes import cli, ready_agent
+from tests.integration.system import System
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "admission_note.json"
+PAUSED = "paused_need_help"
+
+
+@pytest.fixture
+def stub() -> Iterator[OllamaStub]:
+    with OllamaStub("good") as server:
+        yield server
+
+
+def test_status_shows_the_message_the_reason_and_every_check(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, stub: OllamaStub) -> None:
+    system = System(spawn, lea_env, tmp_path, {"OLLAMA_URL": stub.url})
+    ready_agent(system, "M1")
+    rid = system.start(load_workflow(EXAMPLE), "M1")
+    s = system.wait_status(rid, PAUSED)
+    assert [(c.id, c.source, c.required) for c in s.safety_checks] == [
+        ("chk_identity", "declarative", True), ("chk_note", "declarative", True),
+        ("llm_1", "llm_contextual", False), ("llm_2", "llm_contextual", False)]
+    (sent,) = stub.received()
+    assert base64.b64decode(sent["images"][0]).startswith(b"\x89PNG")  # the agent's screen
+
+    shown = cli(system, "replay", "status", rid)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "paused: user_request" in out
+    assert "Vérifiez l'identité du patient et la note avant l'enregistrement." in out
+    assert "checks to acknowledge (2 required of 4)" in out
+    assert ("chk_identity  REQUIRED  [workflow]  Nom, prénom et date de naissance du patient "
+            "vérifiés") in out
+    for i, check in enumerate(GOOD_CHECKS, start=1):
+        assert f"llm_{i}         optional  [Léa, suggestion]  {check['label']}" in out
+        assert f"Léa saw: {check['evidence']}" in out
+    assert f"replay resume {rid} --ack chk_identity --ack chk_note" in out
+
+
+@pytest.mark.long  # closed mode is in CI at the actor level (test_safety_checks_actor.py)
+def test_no_model_fail_closed_the_person_is_told(spawn: Spawn, lea_env: dict[str, str],
+                                                 tmp_path: Path) -> None:
+    """Nothing listens at OLLAMA_URL and the fail mode is closed: the pause still happens,
+    with a required check saying the screen was not looked at."""
+    system = System(spawn, lea_env, tmp_path, {
+        "OLLAMA_URL": f"http://127.0.0.1:{free_port()}",
+        "RPA_SAFETY_CHECKS_LLM_FAIL_MODE": "closed"})
+    ready_agent(system, "M1")
+    rid = system.start(load_workflow(EXAMPLE), "M1")
+    s = system.wait_status(rid, PAUSED)
+    assert [(c.id, c.source, c.required) for c in s.safety_checks][-1] == (
+        "llm_unavailable", "system", True)
+    out = cli(system, "replay", "status", rid).stdout
+    assert "llm_unavailable  REQUIRED  [system]" in out and "why: unreachable" in out

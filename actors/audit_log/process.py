@@ -1,11 +1,110 @@
-"""The audit_log actor process."""
+"""The audit_log actor process: append records durably, answer queries, prune screenshots.
+
+Only the request API: the bus is lossy, so nothing is recorded from it. A sender keeps each
+record until it is named in a :class:`RecordsAcked`, sent once the commit is fsync'ed.
+A request is checked whole before anything is written (nothing half-applied), and all its
+records are stored in one transaction: one fsync per request, so senders batch. (No group
+commit across requests: in MDP/0.2 the broker gives a worker its next request only once
+it has answered the last one, so requests never arrive together.)
+"""
 
 from __future__ import annotations
 
-from actors.base import Actor
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from loguru import logger
+
+from actors.audit_log.chain import ChainRecord
+from actors.audit_log.store import AuditStore
+from actors.base import Actor, Incoming
+from broker.config import Settings
+from messages import events
+from messages.audit import (
+    AppendProblem,
+    AppendRecords,
+    AuditHead,
+    AuditPage,
+    AuditQuery,
+    AuditRecordOut,
+    GetAuditHead,
+    PruneScreenshots,
+    RecordsAcked,
+    ScreenshotsPruned,
+    encode_append,
+)
+from messages.base import Message
+from messages.control import ErrorReply
 
 
 class AuditLogActor(Actor):
     """Keeps the append-only, hash-chained audit trail."""
 
     service = "audit_log"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.store = AuditStore(settings.data_dir)
+        self.handle(AppendRecords, self.on_append)
+        self.handle(AuditQuery, self.on_query)
+        self.handle(GetAuditHead, self.on_head)
+        self.handle(PruneScreenshots, self.on_prune)
+        self.every(1.0, lambda _now: self.store.flush_anchor())
+
+    def on_start(self) -> None:
+        seq, digest, _at = self.store.head()
+        logger.info("audit_log: {} at seq {} ({})", self.store.path, seq, digest[:16])
+
+    def on_stop(self) -> None:
+        self.store.close()
+
+    def on_append(self, msg: AppendRecords, _req: Incoming) -> Message:
+        encoded = encode_append(msg)
+        if isinstance(encoded, AppendProblem):
+            self.publish(events.BAD_MESSAGE, service=self.service, reason=encoded.code,
+                         detail=encoded.message[:500], record_id=encoded.record_id)
+            return ErrorReply(code=encoded.code, message=encoded.message,
+                              detail=encoded.model_dump(exclude={"code", "message"}))
+        try:
+            result = self.store.append(msg.records, encoded, time.time())
+        except Exception as exc:  # disk full, I/O error: nothing was committed
+            logger.exception("audit_log: storing {} records failed", len(msg.records))
+            return ErrorReply(code="storage_failed", message=repr(exc)[:500])
+        conflicting = result.ids(msg.records, "conflicting")
+        if conflicting:
+            logger.warning("audit_log: re-sent with another content (first kept): {}",
+                           conflicting)
+            self.publish(events.AUDIT_RECORD_CONFLICT, record_ids=conflicting[:50])
+        return RecordsAcked(record_ids=[r.record_id for r in msg.records],
+                            duplicates=result.ids(msg.records, "duplicate"),
+                            conflicting=conflicting)
+
+    # Queries and retention -------------------------------------------------------------------
+
+    def on_query(self, msg: AuditQuery, _req: Incoming) -> Message:
+        rows, next_seq = self.store.page(after_seq=msg.after_seq, limit=msg.limit,
+                                         replay_id=msg.replay_id, since=msg.since)
+        states = self.store.screenshot_state({d for r in rows for d in r.screenshots.values()})
+        return AuditPage(records=[_out(r, states) for r in rows], next_seq=next_seq)
+
+    def on_head(self, _msg: GetAuditHead, _req: Incoming) -> Message:
+        seq, digest, _at = self.store.head()
+        return AuditHead(seq=seq, hash=digest, records=self.store.count())
+
+    def on_prune(self, msg: PruneScreenshots, _req: Incoming) -> Message:
+        done = self.store.prune_screenshots(msg.older_than_days, msg.operator, time.time())
+        logger.info("audit_log: pruned {} screenshot files ({} bytes) last used before {}",
+                    done.files_removed, done.bytes_freed, done.cutoff)
+        return ScreenshotsPruned(files_removed=done.files_removed, bytes_freed=done.bytes_freed,
+                                 cutoff=done.cutoff, seq=done.seq, more=done.more)
+
+
+def _out(r: ChainRecord, states: Mapping[str, str]) -> AuditRecordOut:
+    fields: dict[str, Any] = {
+        "seq": r.seq, "record_id": r.record_id, "source": r.source, "kind": r.kind,
+        "replay_id": r.replay_id, "at": r.at, "stored_at": r.stored_at, "data": r.data,
+        "screenshots": r.screenshots,
+        "screenshot_state": {name: states[d] for name, d in r.screenshots.items()},
+        "prev_hash": r.prev_hash, "hash": r.hash}
+    return AuditRecordOut.model_validate(fields)

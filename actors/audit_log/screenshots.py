@@ -1,0 +1,143 @@
+"""Screenshot files, content-addressed: ``<root>/ab/abcdef...`` named by their sha256.
+
+A file is written to a temporary name, fsync'ed, renamed into place and its directory
+fsync'ed, all before the database commit that references it: a record acknowledged never
+points to a file that a crash can lose. A kill -9 may leave a temporary file or an
+unreferenced image behind; both are harmless (the first is removed at start, the second is
+reused if the same image comes again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from actors.audit_log.evidence import FileState
+
+_TMP_PREFIX = ".tmp-"
+_WRITERS = 16
+
+
+def digest_of(image: bytes) -> str:
+    return hashlib.sha256(image).hexdigest()
+
+
+def _write_synced(item: tuple[Path, bytes]) -> None:
+    """Write to a temporary name, fsync, rename into place (the directory is synced after)."""
+    path, image = item
+    tmp = path.parent / f"{_TMP_PREFIX}{os.getpid()}-{path.name}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        view = memoryview(image)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ScreenshotFiles:
+    """The image files under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._pool: ThreadPoolExecutor | None = None
+
+    def path(self, digest: str) -> Path:
+        return self.root / digest[:2] / digest
+
+    def put_many(self, images: Iterable[bytes]) -> dict[str, int]:
+        """Store each image durably (once); returns digest → size of each.
+
+        The files are written and fsync'ed on a few threads at once: the file system then
+        commits them together (40 files of 30 KiB: ~250 ms one after the other, ~20 ms
+        at once, on this machine's disk).
+        """
+        stored: dict[str, int] = {}
+        todo: list[tuple[Path, bytes]] = []
+        dirty: set[Path] = set()
+        for image in images:
+            digest = digest_of(image)
+            if digest in stored:
+                continue
+            stored[digest] = len(image)
+            path = self.path(digest)
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_size == len(image):
+                    continue  # already there (content-addressed: same name, same bytes)
+            if not path.parent.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                dirty.add(path.parent.parent)
+            todo.append((path, image))
+            dirty.add(path.parent)
+        if todo:
+            list(self._threads().map(_write_synced, todo))  # raises the first failure
+            ordered = sorted(dirty, key=lambda p: -len(p.parts))  # children first
+            list(self._threads().map(_fsync_dir, ordered))
+        return stored
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_WRITERS, thread_name_prefix="audit-files")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def remove(self, digest: str) -> int:
+        """Delete an image file; the bytes freed (0 if it was not there)."""
+        path = self.path(digest)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        return size
+
+    def exists(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def state(self, digest: str, check_content: bool = True) -> FileState:
+        """``ok``, ``missing``, or ``corrupt`` (the content does not give the name)."""
+        path = self.path(digest)
+        if not path.is_file():
+            return "missing"
+        if not check_content:
+            return "ok"
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return "ok" if h.hexdigest() == digest else "corrupt"
+
+    def digests(self) -> Iterable[str]:
+        """Every image file present."""
+        if not self.root.is_dir():
+            return
+        for sub in self.root.iterdir():
+            if sub.is_dir():
+                yield from (f.name for f in sub.iterdir() if not f.name.startswith(_TMP_PREFIX))
+
+    def remove_leftovers(self) -> int:
+        """Remove temporary files a crash left behind; how many."""
+        removed = 0
+        if self.root.is_dir():
+            for tmp in self.root.glob(f"*/{_TMP_PREFIX}*"):
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+                    removed += 1
+        return removed

@@ -30,6 +30,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -37,10 +38,14 @@ from typing import Any
 import zmq
 from loguru import logger
 
+from agent.curve import EXIT, EXIT_REFUSED, CurveLink
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
+from agent.heartbeat import Heartbeats
 from agent.ledger import Ledger, LedgerLocked, LedgerVersionError, decode_report
+from agent.pause_notice import PauseNotices
 from agent.reports import Retrying
+from agent.screen.probe import probe_for
 from agent.serve import Intake
 from broker.client import Client
 from broker.config import Settings
@@ -48,7 +53,16 @@ from broker.worker import Request, Worker, answer
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode, new_id
 from messages.control import ErrorReply, Ping, Pong
-from messages.dispatch import ActionReport, AgentHello, DispatchAction, ReportAck
+from messages.dispatch import (
+    ActionProgress,
+    ActionReport,
+    AgentHello,
+    ClaimAttempt,
+    ClaimReply,
+    DispatchAction,
+    ReportAck,
+)
+from messages.pause import AgentPaused, AgentPauseEnded
 from supervision.liveness import Beacon
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -56,6 +70,8 @@ DISPATCHER = "dispatcher"
 SHUTDOWN_GRACE_S = 3.0
 """On SIGTERM, how long an action in progress may take to finish before we leave anyway."""
 LOOP_WAIT_S = 0.25
+PROGRESS_MARGIN_S = 30.0
+"""Beyond the time an action says it may wait for a person, before the watchdog worries."""
 
 
 class AgentError(RuntimeError):
@@ -75,9 +91,12 @@ class Agent:
     client: Client
     outbox: Retrying
     worker: Worker
+    heartbeats: Heartbeats  # screen heartbeats to monitor_router (agent/heartbeat.py)
+    pauses: PauseNotices  # pause messages shown to the person (agent/pause_notice.py)
 
     def __init__(self, settings: Settings, machine_id: str, executor: Executor,
-                 data_dir: Path | None = None, effects_log: EffectsLog | None = None) -> None:
+                 data_dir: Path | None = None, effects_log: EffectsLog | None = None,
+                 link: CurveLink | None = None) -> None:
         if not MACHINE_ID.match(machine_id):
             raise AgentError(f"invalid machine id {machine_id!r}: 1-128 letters, digits,"
                              " '_', '.', '-', starting with a letter or digit")
@@ -87,12 +106,18 @@ class Agent:
         self.executor = executor
         self.data_dir = data_dir or settings.data_dir / f"agent-{machine_id}"
         self.effects = effects_log
+        self.link = link  # CURVE keys and handshake watch (agent/curve.py), if any
+        self.exit_code = 0
         self.instance_id = uuid.uuid4().hex
         self.started_at = time.time()
         self._stopping = False
         self._grace_until = 0.0
         self._jobs: queue.Queue[DispatchAction | None] = queue.Queue()
         self._done: queue.Queue[_Done] = queue.Queue()
+        # (dispatch, info) from the execution thread: an action waiting for a person.
+        self._progress: queue.Queue[tuple[DispatchAction, dict[str, Any]]] = queue.Queue()
+        if hasattr(executor, "on_progress"):
+            executor.on_progress = self._on_progress
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
@@ -108,12 +133,16 @@ class Agent:
                 outcome = ActionOutcome.failure(
                     f"executor_error:{type(exc).__name__}: {exc}"[:300])
             self._done.put((dispatch, outcome, time.time()))
-            try:
-                os.write(self._wake_w, b"d")
-            except BlockingIOError:
-                pass  # a wake-up is already pending
-            except OSError:
-                logger.exception("cannot wake the main loop")
+            self._wake()
+
+    def _wake(self) -> None:
+        """Make the main loop's poll return (from the execution thread)."""
+        try:
+            os.write(self._wake_w, b"d")
+        except BlockingIOError:
+            pass  # a wake-up is already pending
+        except OSError:
+            logger.exception("cannot wake the main loop")
 
     # Requests -------------------------------------------------------------------------------
 
@@ -127,6 +156,10 @@ class Agent:
             return self.intake.on_dispatch(body)
         if isinstance(body, Ping):
             return Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
+        if isinstance(body, AgentPaused):
+            return self.pauses.on_paused(body)
+        if isinstance(body, AgentPauseEnded):
+            return self.pauses.on_pause_ended(body)
         logger.warning("refused a {!r} request: agents only take action.dispatch", envelope.type)
         return ErrorReply(code="unsupported_type",
                           message=f"{self.service} does not handle {envelope.type!r}")
@@ -134,6 +167,28 @@ class Agent:
     @staticmethod
     def _refused(reason: str, detail: str) -> None:
         logger.warning("refused a malformed request: {} {}", reason, detail[:300])
+
+    def _on_progress(self, dispatch: DispatchAction, info: dict[str, Any]) -> None:
+        """From the execution thread: hand to the main loop, which owns the sockets."""
+        self._progress.put((dispatch, info))
+        self._wake()
+
+    def _send_progress(self) -> None:
+        while True:
+            try:
+                dispatch, info = self._progress.get_nowait()
+            except queue.Empty:
+                return
+            timeout = info.get("timeout_s")
+            hold = float(timeout) + PROGRESS_MARGIN_S if isinstance(timeout, int | float) else 0
+            progress = ActionProgress(
+                replay_id=dispatch.replay_id, machine_id=self.machine_id,
+                action_id=dispatch.action.action_id, attempt_id=dispatch.attempt_id,
+                state=str(info.get("state", "in_progress"))[:64],
+                detail={k: v for k, v in info.items() if k != "state"},
+                hold_s=min(max(hold, 0.0), 3600.0))
+            self.outbox.send(f"progress:{dispatch.attempt_id}", DISPATCHER, progress,
+                             new_id(), lambda _body: True)
 
     def _collect_done(self) -> None:
         while True:
@@ -168,9 +223,31 @@ class Agent:
         self.outbox.send(f"report:{replay_id}:{action_id}", DISPATCHER, report, msg_id,
                          on_reply)
 
+    def _claim(self, dispatch: DispatchAction,
+               done: Callable[[bool, str | None], None]) -> None:
+        """Ask the dispatcher whether ``dispatch`` may run now (agent/serve.py)."""
+        claim = ClaimAttempt(replay_id=dispatch.replay_id, machine_id=self.machine_id,
+                             action_id=dispatch.action.action_id,
+                             attempt_id=dispatch.attempt_id)
+
+        def on_reply(body: Message) -> bool:
+            if isinstance(body, ClaimReply):
+                done(body.granted, body.reason)
+            elif isinstance(body, ErrorReply) and body.code == "unsupported_type":
+                done(True, None)  # a dispatcher older than claims: it never refuses
+            else:
+                logger.warning("claim of {} answered with {!r}: asking again",
+                               dispatch.action.action_id, body)
+                return False
+            return True
+
+        # Keyed by attempt: the claim of the next attempt may be sent from this one's answer.
+        self.outbox.send(f"claim:{dispatch.attempt_id}", DISPATCHER, claim, new_id(), on_reply)
+
     def _hello(self) -> None:
+        unacked = [e.outbox_attempt for e in self.ledger.unacked() if e.outbox_attempt]
         hello = AgentHello(machine_id=self.machine_id, instance_id=self.instance_id,
-                           pid=os.getpid())
+                           pid=os.getpid(), holding=[*self.intake.holding(), *unacked])
 
         def on_reply(body: Message) -> bool:
             if isinstance(body, ErrorReply):
@@ -204,7 +281,8 @@ class Agent:
             self._grace_until = time.monotonic() + SHUTDOWN_GRACE_S
 
     def run(self) -> int:
-        """Serve until SIGTERM / SIGINT; 0 on a clean stop, 2 if the agent cannot start."""
+        """Serve until SIGTERM / SIGINT; 0 on a clean stop, 2 if the agent cannot start,
+        EXIT_REFUSED if the broker refused its CURVE key (with --exit-on-auth-failure)."""
         try:
             self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
         except (LedgerLocked, LedgerVersionError) as exc:
@@ -216,7 +294,7 @@ class Agent:
                          " (its actions could then run twice)", self.data_dir, exc)
             return 2
         self.intake = Intake(self.ledger, self.machine_id, self.service, self._jobs.put,
-                             self._send_report, lambda: self._stopping)
+                             self._send_report, lambda: self._stopping, self._claim)
         in_main = threading.current_thread() is threading.main_thread()
         if in_main:
             signal.signal(signal.SIGTERM, self._on_signal)
@@ -224,27 +302,35 @@ class Agent:
             # The poll returns at once on a signal instead of after its timeout.
             signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         self.ctx = zmq.Context()
-        self.client = Client(self.ctx, self.settings.mdp_endpoint)
+        setup = self.link.setup if self.link is not None else None
+        self.client = Client(self.ctx, self.settings.mdp_endpoint, setup)
         self.outbox = Retrying(self.client)
+        self.heartbeats = Heartbeats(self.machine_id, self.client, probe_for(self.executor))
+        self.pauses = PauseNotices(self.executor.name)
         worker: Worker | None = None
         thread = threading.Thread(target=self._execution_loop, name="execution", daemon=True)
         try:
             self._resume_ledger()
             self.worker = worker = Worker(
                 self.ctx, self.settings.mdp_endpoint, self.service,
-                self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness)
+                self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness, setup)
             thread.start()
+            self.heartbeats.start()
             logger.info("{}: serving on {} (executor {}, ledger {}, instance {})",
                         self.service, self.settings.mdp_endpoint, self.executor.name,
                         self.ledger.path, self.instance_id)
             self._loop()
         finally:
-            if self.intake.current is not None:
+            if self.intake.executing is not None:
                 logger.warning("{} still executing at exit: it will be reported indeterminate"
-                               " after the restart", self.intake.current.action.action_id)
+                               " after the restart", self.intake.executing.action.action_id)
             self._jobs.put(None)
+            self.heartbeats.stop()
+            self.pauses.close()
             if in_main:
                 signal.set_wakeup_fd(-1)
+            if self.link is not None:
+                self.link.close()
             if worker is not None:
                 worker.close()
             self.client.close()
@@ -253,13 +339,13 @@ class Agent:
             # The wake-up pipe stays open: a still-running execution thread may write to it,
             # and a closed fd number could by then name another file.
         logger.info("{}: stopped", self.service)
-        return 0
+        return self.exit_code
 
     def _loop(self) -> None:
         beacon = Beacon.from_env()
         poller, polled = zmq.Poller(), None
         connections = 0
-        while not (self._stopping and (self.intake.current is None
+        while not (self._stopping and (self.intake.executing is None
                                        or time.monotonic() > self._grace_until)):
             if self.worker.connections != connections:
                 connections = self.worker.connections
@@ -278,11 +364,23 @@ class Agent:
             if self._wake_r in ready:
                 _drain_fd(self._wake_r)
             self._collect_done()
+            self._send_progress()
             now = time.monotonic()
             self.worker.tick(now)
             self.client.tick(now)
             self.outbox.tick(now)
+            self.heartbeats.tick(now)
+            if self.link is not None and (due := self.link.tick(now)) is not None:
+                self._relink(due)
             beacon.beat()
+
+    def _relink(self, due: str) -> None:
+        """The broker refused our handshake (agent/curve.py): new sockets, or stop."""
+        if due == EXIT:
+            self.exit_code, self._stopping = EXIT_REFUSED, True
+        else:
+            self.worker.reconnect("CURVE handshake refused")
+            self.client.reconnect()
 
     def _timeout_ms(self, now: float) -> int:
         deadlines = [self.worker.next_deadline(), now + LOOP_WAIT_S]

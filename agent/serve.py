@@ -14,6 +14,7 @@ executing right now, the dispatch waits in the queue and is answered once it is 
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from messages.base import Message
 from messages.codec import encode, new_id
 from messages.control import ErrorReply
 from messages.dispatch import ActionReceived, ActionReport, DispatchAction
+from messages.workflow import INPUT_TYPES
 
 MAX_QUEUED = 64
 """Actions received while another executes; past this a dispatch is refused (``busy``)."""
@@ -35,6 +37,8 @@ Key = tuple[str, str]
 """``(replay_id, action_id)``: what identifies an action to the agent and its ledger."""
 SendReport = Callable[[ActionReport, bytes], None]
 """Send a report (its encoded bytes, as kept in the ledger) until the dispatcher acks it."""
+Claim = Callable[[DispatchAction, Callable[[bool, str | None], None]], None]
+"""Ask the dispatcher whether this attempt may run now; the callback gets (granted, why)."""
 
 
 def key(dispatch: DispatchAction) -> Key:
@@ -46,13 +50,15 @@ class Intake:
 
     def __init__(self, ledger: Ledger, machine_id: str, service: str,
                  execute: Callable[[DispatchAction], None], send: SendReport,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], claim: Claim | None = None) -> None:
         self.ledger = ledger
         self.machine_id = machine_id
         self.service = service
         self._execute = execute
         self._send = send
         self._stopping = stopping
+        self._claim = claim
+        self.claiming = False  # ``current`` waits for the dispatcher's go-ahead
         self.current: DispatchAction | None = None
         self.queued: deque[DispatchAction] = deque()
         self._newer: dict[Key, DispatchAction] = {}  # re-deliveries seen while in progress
@@ -140,26 +146,68 @@ class Intake:
 
     def start_next(self) -> None:
         """Begin the next queued dispatch, unless one executes; answer those whose step ran
-        meanwhile (another id of it, queued before) without executing them."""
+        meanwhile (another id of it, queued before) without executing them.
+
+        An attempt of an input action is first claimed from the dispatcher: only the attempt
+        in flight is granted, so a copy that waited in our socket while the watchdog resent
+        or gave it up, or the replay was cancelled, never runs (messages.dispatch.ClaimAttempt).
+        """
         while self.current is None and self.queued and not self._stopping():
             dispatch = self.queued.popleft()
             owner = self._answering(dispatch)
             if owner is not None:
                 self._answer(owner, self._newer.pop(key(dispatch), dispatch))
                 continue
-            try:
-                self.ledger.begin(dispatch)  # durable before any input (D5)
-            except (sqlite3.Error, LedgerConflict) as exc:
-                # Without the started mark we cannot promise exactly-once: do not execute.
-                # (A conflict cannot happen, _answering just looked: a bug, never run blind.)
-                logger.exception("ledger write failed for {}", dispatch.action.action_id)
-                report = build_report(dispatch, ActionOutcome.failure(
-                    f"ledger_error:{exc}"[:300], needs_human=True))
-                self._send(report, encode(report, new_id()))
-                continue
-            logger.info("executing {} {}", dispatch.action.type, dispatch.action.action_id)
-            self.current = dispatch
-            self._execute(dispatch)
+            if self._claim is not None and dispatch.action.type in INPUT_TYPES:
+                self.current, self.claiming = dispatch, True
+                self._claim(dispatch, functools.partial(self._claimed, dispatch))
+                return
+            self._begin(dispatch)
+
+    def _claimed(self, dispatch: DispatchAction, granted: bool, why: str | None) -> None:
+        if self.current is not dispatch or not self.claiming:
+            return  # answered twice, or we stopped meanwhile
+        self.claiming = False
+        if granted and not self._stopping():
+            self._begin(dispatch)
+            if self.current is not None:
+                return
+        else:
+            self.current = None
+            logger.warning("{} attempt {} not run: the dispatcher says {}",
+                           dispatch.action.action_id, dispatch.attempt_id,
+                           why or "we are stopping")
+            newer = self._newer.pop(key(dispatch), None)
+            if newer is not None and granted is False:
+                self.queued.appendleft(newer)  # the attempt that replaced it
+        self.start_next()
+
+    def _begin(self, dispatch: DispatchAction) -> None:
+        """Mark ``dispatch`` started on disk, then hand it to the executor."""
+        try:
+            self.ledger.begin(dispatch)  # durable before any input (D5)
+        except (sqlite3.Error, LedgerConflict) as exc:
+            # Without the started mark we cannot promise exactly-once: do not execute.
+            # (A conflict cannot happen, _answering just looked: a bug, never run blind.)
+            logger.exception("ledger write failed for {}", dispatch.action.action_id)
+            report = build_report(dispatch, ActionOutcome.failure(
+                f"ledger_error:{exc}"[:300], needs_human=True))
+            self._send(report, encode(report, new_id()))
+            self.current = None
+            return
+        logger.info("executing {} {}", dispatch.action.type, dispatch.action.action_id)
+        self.current = dispatch
+        self._execute(dispatch)
+
+    @property
+    def executing(self) -> DispatchAction | None:
+        """The dispatch the executor runs now (not one still being claimed)."""
+        return None if self.claiming else self.current
+
+    def holding(self) -> list[str]:
+        """The attempts this agent has (claiming, executing, queued, or re-delivered)."""
+        held = [d.attempt_id for d in (self.current, *self.queued) if d is not None]
+        return held + [d.attempt_id for d in self._newer.values()]
 
     def finish(self, dispatch: DispatchAction, outcome: ActionOutcome,
                executed_at: float) -> None:

@@ -18,8 +18,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="TOML file with a [lea] table of settings")
     parser.add_argument("--data-dir", help="where state is kept (default var/)")
+    parser.add_argument("--curve", action="store_true", default=None,
+                        help="CURVE: the broker also listens on curve_endpoint for agents with "
+                             "an allowed key; an agent connects with CURVE (also LEA_CURVE=1)")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("up", help="start the broker and the actors under the supervisor")
+    up = sub.add_parser("up", help="start the broker and the actors under the supervisor")
+    up.add_argument("--curve", action="store_true", default=argparse.SUPPRESS,
+                    help="the global --curve, also accepted here")
     sub.add_parser("broker", help="run the broker alone (the supervisor does this)")
     actor = sub.add_parser("actor", help="run one actor alone (the supervisor does this)")
     actor.add_argument("name", choices=sorted(ACTORS))
@@ -32,17 +37,39 @@ def _parser() -> argparse.ArgumentParser:
     ping.add_argument("--timeout", type=float, default=2.0, help="seconds per service")
     demo = sub.add_parser("demo", help="run the example workflow end to end, here")
     demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
-    from cli import agent_cmd, replay_cmd, workflow_cmd
+    demo.add_argument("--ollama-stub", action="store_true",
+                      help="Léa's contextual checks from a stand-in Ollama (no model here)")
+    from cli import agent_cmd, keys_cmd, replay_cmd, workflow_cmd
 
     agent_cmd.add_arguments(sub.add_parser("agent", help="run a workstation agent"))
     replay_cmd.add_arguments(sub.add_parser("replay", help="start, follow, resume, cancel"))
     workflow_cmd.add_arguments(sub.add_parser("workflow", help="workflow schema and checks"))
+    from cli import audit_cmd
+
+    audit_cmd.add_arguments(sub.add_parser("audit", help="audit trail: show, verify, export, "
+                                           "prune"))
+    keys_cmd.add_arguments(sub.add_parser("keys", help="CURVE key pairs (server, agents)"))
     return parser
+
+
+def _curve_keys_missing(settings: Settings) -> bool:
+    """With --curve, say so (and True) if the broker's keys cannot be read: here, not
+    through a broker crash-looping in the tree."""
+    if not settings.curve:
+        return False
+    from broker.curve import server_keys_problem
+
+    problem = server_keys_problem(settings.keys_path)
+    if problem:
+        print(f"error: --curve: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 def _up(settings: Settings, _args: argparse.Namespace) -> int:
     from supervision.tree import run_tree
 
+    if _curve_keys_missing(settings):
+        return 2
     return run_tree(settings)
 
 
@@ -50,6 +77,8 @@ def _broker(settings: Settings, _args: argparse.Namespace) -> int:
     from broker.broker import Broker
     from broker.logs import setup_logging
 
+    if _curve_keys_missing(settings):
+        return 2
     setup_logging("broker", settings.log_level)
     return Broker(settings).run()
 
@@ -89,7 +118,13 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
 def _demo(settings: Settings, args: argparse.Namespace) -> int:
     from cli.demo import EXAMPLE, run
 
-    return run(settings, args.workflow or EXAMPLE)
+    return run(settings, args.workflow or EXAMPLE, ollama_stub=args.ollama_stub)
+
+
+def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.keys_cmd import run
+
+    return run(settings, args)
 
 
 def _workflow(_settings: Settings, args: argparse.Namespace) -> int:
@@ -98,16 +133,24 @@ def _workflow(_settings: Settings, args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _audit(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.audit_cmd import run
+
+    return run(settings, args)
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
     "agent": _agent, "replay": _replay, "workflow": _workflow, "demo": _demo,
+    "keys": _keys,
+    "audit": _audit,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(args.config, data_dir=args.data_dir)
+        settings = load_settings(args.config, data_dir=args.data_dir, curve=args.curve)
     except (OSError, ValueError) as exc:
         print(f"error: invalid settings: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """Every message type as a pydantic model, and the msgpack codec that carries them."""
 
-from messages import dispatch, events, replay, workflow
+from messages import audit, dispatch, events, loop, monitor, pause, replay, safety, workflow
 from messages.base import Message, model_for, registered_types
 from messages.codec import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -24,13 +24,18 @@ __all__ = [
     "MessageError",
     "Ping",
     "Pong",
+    "audit",
     "decode",
     "dispatch",
     "encode",
     "events",
+    "loop",
     "model_for",
+    "monitor",
     "new_id",
+    "pause",
     "registered_types",
     "replay",
+    "safety",
     "workflow",
 ]

@@ -7,18 +7,8 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from messages.base import Message
+from messages.monitor import MonitorResolution
 from messages.workflow import Action, TargetSpec
-
-MonitorSource = Literal["action", "focus", "composite_fallback"]
-
-
-class MonitorResolution(Message):
-    idx: int
-    offset_x: int
-    offset_y: int
-    w: int
-    h: int
-    source: MonitorSource
 
 
 class DispatchMeta(Message):
@@ -52,6 +42,41 @@ class DispatchAction(Message, type_name="action.dispatch"):
         if not self.supersedes and isinstance(data, dict):
             data.pop("supersedes", None)
         return data
+
+
+class ClaimAttempt(Message, type_name="action.claim"):
+    """Agent → dispatcher, before any input of an attempt: may it run now?
+
+    Granted only to the attempt in flight (:class:`ClaimReply`); a copy the watchdog resent
+    or gave up, or of a cancelled replay, is refused and never runs.
+    """
+
+    replay_id: str
+    machine_id: str
+    action_id: str
+    attempt_id: str
+
+
+class ClaimReply(Message, type_name="action.claim_reply"):
+    granted: bool
+    reason: str | None = None  # why not: not_current, wrong_machine
+
+
+class ActionProgress(Message, type_name="action.progress"):
+    """Agent → dispatcher: an attempt is still under way, in a known state, for a while.
+
+    Sent when a window guard starts waiting for a person (spec/04 §3: up to 120 s): the
+    dispatcher shows the state and gives the watchdog ``hold_s`` more patience for this
+    attempt, so a step waiting for a person is not taken for a lost one. Answered by Ack.
+    """
+
+    replay_id: str
+    machine_id: str
+    action_id: str
+    attempt_id: str
+    state: str = Field(min_length=1, max_length=64)  # e.g. awaiting_human_correction
+    detail: dict[str, Any] = Field(default_factory=dict)
+    hold_s: float = Field(0.0, ge=0.0, le=3600.0)
 
 
 class ActionReceived(Message, type_name="action.received"):
@@ -98,6 +123,9 @@ class AgentHello(Message, type_name="agent.hello"):
     machine_id: str = Field(min_length=1, max_length=128)
     instance_id: str
     pid: int
+    # Attempts the agent holds (executing, queued, or reported and not yet acked): the
+    # dispatcher does not send those again, their reports will come.
+    holding: list[str] = Field(default_factory=list, max_length=4096)
 
 
 class InFlight(Message):
@@ -111,6 +139,7 @@ class InFlight(Message):
     action_type: str
     dispatched_at: float
     resent_count: int = 0
+    patience_s: float = 0.0  # beyond the orphan timeout, for this attempt (ActionProgress)
 
 
 class Track(Message, type_name="watchdog.track"):

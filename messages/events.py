@@ -23,6 +23,7 @@ DEAD_CLIENT_SIGNAL: Final = "lea:dead_client_signal"
 # Ours.
 ACTION_DISPATCHED: Final = "lea:action_dispatched"
 ACTION_ACKED: Final = "lea:action_acked"
+ACTION_PROGRESS: Final = "lea:action_progress"
 REPLAY_STARTED: Final = "lea:replay_started"
 REPLAY_PAUSED: Final = "lea:replay_paused"
 REPLAY_RESUMED: Final = "lea:replay_resumed"
@@ -33,7 +34,18 @@ ACTOR_EXITED: Final = "lea:actor_exited"
 ACTOR_RESTARTED: Final = "lea:actor_restarted"
 PEER_CONNECTED: Final = "lea:peer_connected"
 PEER_DISCONNECTED: Final = "lea:peer_disconnected"
+# A CURVE handshake refused by the broker (key not in the allow-list); DESIGN.md §9.
+PEER_REFUSED: Final = "lea:peer_refused"
 BAD_MESSAGE: Final = "lea:bad_message"
+LOOP_CHECK_MISSED: Final = "lea:loop_check_missed"
+"""The loop detector did not answer in time: the replay went on without its verdict."""
+LOOP_EMBEDDER_UNAVAILABLE: Final = "lea:loop_embedder_unavailable"
+"""The loop detector's screen embedder is missing or raised: screen_static is off or
+skipped (data ``effect`` says which); action_repeat and retry_threshold go on."""
+CONSULT_MISSED: Final = "lea:consult_missed"
+"""The monitor router or safety_checks did not answer: the dispatcher's fallback was used."""
+AUDIT_RECORD_CONFLICT: Final = "lea:audit_record_conflict"
+"""A record re-sent under a known record_id with another content (the first is kept)."""
 
 
 class Event(Message, type_name="event"):

@@ -52,6 +52,9 @@ class ReplaySummary(Message):
     total: int
     completed_actions: int
     current_action_id: str | None = None
+    # What it is doing, when known: awaiting_human_correction (the agent's ActionProgress),
+    # awaiting_route / awaiting_loop / awaiting_payload (another actor is consulted).
+    current_action_state: str | None = None
     queue_length: int = 0  # actions waiting to be dispatched; the one in flight is not one (I1)
     queue_head: list[str] = Field(default_factory=list)  # the next few of them, in order
     pause_reason: str | None = None

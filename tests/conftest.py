@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.xdisplay import xdisplay  # noqa: F401 - the X display fixture, for every test
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

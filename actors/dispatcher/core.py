@@ -33,29 +33,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.dispatcher import rules
-from actors.dispatcher.effects import (
-    Decision,
-    NotifyAgentPaused,
-    RecordReport,
-)
-from actors.dispatcher.engine import Engine, Tx, who
+from actors.dispatcher import consult, rules
+from actors.dispatcher.effects import Decision, Notify, RecordReport, TrackInFlight
+from actors.dispatcher.engine import Tx, who
 from actors.dispatcher.state import (
     PAUSED,
     InFlightEntry,
     ReplayState,
     Resolution,
 )
+from actors.dispatcher.watchdog_inputs import WatchdogInputs
 from messages import events
+from messages.base import Message
 from messages.control import ErrorReply
 from messages.dispatch import (
+    ActionProgress,
     ActionReport,
     AgentHello,
-    InFlightList,
-    OrphanGiveUp,
-    OrphanResend,
+    ClaimAttempt,
+    ClaimReply,
     ReportAck,
 )
+from messages.pause import AgentPauseEnded
 from messages.replay import (
     Ack,
     CancelReplay,
@@ -68,10 +67,9 @@ from messages.replay import (
     SafetyCheck,
     StartReplay,
 )
-from messages.workflow import CRITICAL_TYPES
 
 
-class DispatcherCore(Engine):
+class DispatcherCore(WatchdogInputs):
     """Owns replays, queues and in-flight actions; decides, never performs."""
 
     # Control ------------------------------------------------------------------------------
@@ -114,12 +112,6 @@ class DispatcherCore(Engine):
         else:
             return Decision(_not_found(msg.replay_id))
         return Decision(ReplayStatusReply(replays=[r.summary() for r in items]))
-
-    def inflight(self) -> Decision:
-        """Every action in flight, for the watchdog rebuilding its timers."""
-        entries = [r.tracked() for r in sorted(self.replays.values(), key=lambda r: r.seq)
-                   if r.inflight is not None]
-        return Decision(InFlightList(entries=entries))
 
     def resume(self, msg: ResumeReplay, now: float) -> Decision:
         """Resume a paused replay once every required check of this pause is acknowledged."""
@@ -169,6 +161,8 @@ class DispatcherCore(Engine):
                 "supersedes": r.supersedes.get(resume_action_id or "", [])}
         tx.event(events.REPLAY_RESUMED, **info)
         tx.audit("replay_resumed", **info)
+        tx.effects.append(Notify(f"agent.{r.machine_id}", AgentPauseEnded(
+            replay_id=r.replay_id, status="resumed")))
         remaining = r.queue_len() + (1 if r.inflight is not None else 0)
         self._advance(r, tx)
         return tx.done(ReplayResumed(replay_id=r.replay_id, session_id=r.session_id,
@@ -183,6 +177,9 @@ class DispatcherCore(Engine):
             return Decision(ErrorReply(code="not_running", message=(
                 f"replay {r.replay_id} is already {r.status}"), detail={"status": r.status}))
         tx = Tx(now)
+        if r.status == PAUSED:
+            tx.effects.append(Notify(f"agent.{r.machine_id}", AgentPauseEnded(
+                replay_id=r.replay_id, status="cancelled")))
         purged = [r.inflight.action.action_id] if r.inflight is not None else []
         queued = r.queue_len()
         self._purge(r, tx)
@@ -253,74 +250,92 @@ class DispatcherCore(Engine):
         """An agent (re)connected: resend what it should be doing, show pauses again."""
         tx = Tx(now)
         resent: list[str] = []
+        held = set(msg.holding)
+        kept: list[str] = []
         for r in self._active():
             if r.inflight is not None and r.inflight.machine_id == msg.machine_id:
+                if r.inflight.attempt_id in held:  # it has it: its report will come
+                    kept.append(r.inflight.action.action_id)
+                    continue
                 resent.append(r.inflight.action.action_id)
                 self._redispatch(r, "agent_reconnected", tx, orphan=False)
             elif r.machine_id == msg.machine_id and r.status == "running":
                 self._advance(r, tx)
-            if r.machine_id == msg.machine_id and r.status == PAUSED and r.pause is not None:
-                tx.effects.append(NotifyAgentPaused(r.machine_id, r.replay_id, r.pause.message))
+            if r.machine_id == msg.machine_id and r.status == PAUSED:
+                self._notify_paused(r, tx)
         tx.audit("agent_hello", machine_id=msg.machine_id, instance_id=msg.instance_id,
-                 pid=msg.pid, resent=resent)
-        return tx.done(Ack(detail={"resent": resent}))
+                 pid=msg.pid, resent=resent, kept=kept)
+        return tx.done(Ack(detail={"resent": resent, "kept": kept}))
 
-    # Watchdog -----------------------------------------------------------------------------
+    def claim(self, msg: ClaimAttempt, sender_machine: str, now: float) -> Decision:
+        """May the agent perform this attempt now? Only if it is the one in flight.
 
-    def orphan_resend(self, msg: OrphanResend, now: float) -> Decision:
-        """Resend an orphan, if that attempt is still the current one (I5).
-
-        Always at the head: ``position="tail"`` would run later steps of the session before
-        this one, breaking "one action in flight per session, in order"; it is reported as
-        ``requested_position`` and not applied.
+        Asked by the agent before any input (agent/serve.py): a copy that stayed in a frozen
+        agent's socket while the watchdog resent or gave up, or the replay was cancelled, is
+        no longer current and never runs. Not stored: after a restart of ours every action
+        in flight is re-sent under a new attempt, and the old one is refused.
         """
-        tx = Tx(now)
         r = self._current(msg.action_id, msg.attempt_id)
-        if r is None or r.inflight is None:
-            return tx.done(_skipped(msg.action_id, msg.attempt_id))
-        self._redispatch(r, "orphan_timeout", tx, orphan=True)
-        e = r.inflight
-        tx.event(events.DISPATCH_ORPHAN_RESENT, **who(r, msg.action_id),
-                 attempt_id=e.attempt_id, previous_attempt_id=msg.attempt_id,
-                 resent=e.orphan_resends, age_s=msg.age_s, position="head",
-                 requested_position=msg.position)
-        return tx.done(Ack(status="resent", detail={
-            "attempt_id": e.attempt_id, "resent_count": e.orphan_resends, "position": "head"}))
+        if r is None or r.inflight is None or r.replay_id != msg.replay_id:
+            return Decision(ClaimReply(granted=False, reason="not_current"))
+        if sender_machine != r.inflight.machine_id or msg.machine_id != r.inflight.machine_id:
+            return Decision(ClaimReply(granted=False, reason="wrong_machine"))
+        r.inflight.claimed = True
+        return Decision(ClaimReply(granted=True))
 
-    def orphan_giveup(self, msg: OrphanGiveUp, now: float) -> Decision:
-        """Abandon an orphan (I5 re-check); D2 and the dead-client hook decide what follows."""
-        tx = Tx(now)
+    def progress(self, msg: ActionProgress, sender_machine: str, now: float) -> Decision:
+        """The agent says the attempt in flight is still under way, and for how long."""
         r = self._current(msg.action_id, msg.attempt_id)
-        if r is None or r.inflight is None:
-            return tx.done(_skipped(msg.action_id, msg.attempt_id))
-        action = r.inflight.action
-        self._untrack(r, tx)
-        r.resolved[action.action_id] = Resolution("abandoned", msg.attempt_id)
-        r.supersedes.pop(action.action_id, None)
-        r.bump("abandoned")
-        period = self.config.dead_client_period_s
-        r.giveup_times = [t for t in r.giveup_times if now - t <= period] + [now]
+        e = r.inflight if r is not None else None
+        if r is None or e is None or r.replay_id != msg.replay_id:
+            return Decision(Ack(status="stale"))
+        if sender_machine != e.machine_id or msg.machine_id != e.machine_id:
+            return Decision(ErrorReply(code="wrong_machine", message=(
+                f"action {msg.action_id} was not dispatched to {sender_machine}")))
+        tx = Tx(now)
+        e.progress, e.patience_s = msg.state, msg.hold_s
+        tx.effects.append(TrackInFlight(r.tracked()))  # the watchdog's clock starts again
+        info = {**who(r, msg.action_id), "attempt_id": msg.attempt_id, "state": msg.state,
+                "hold_s": msg.hold_s, "detail": msg.detail}
+        tx.event(events.ACTION_PROGRESS, **info)
+        tx.audit("action_progress", **info)
+        return tx.done(Ack(status="noted"))
+
+    def consulted(self, replay_id: str, token: str, answer: Message | None,
+                  error: str | None, now: float) -> Decision:
+        """Another actor answered (or did not, ``answer`` None) a replay's consultation."""
+        r = self.replays.get(replay_id)
+        a = r.awaiting if r is not None else None
+        if r is None or a is None or a.token != token:
+            return Decision(Ack(status="stale"))
+        tx = Tx(now)
+        r.awaiting = None
         tx.touch(r)
-        critical = action.type in CRITICAL_TYPES
-        info = {**who(r, action.action_id), "attempt_id": msg.attempt_id,
-                "action_type": action.type, "critical": critical,
-                "resent_count": msg.resent_count, "age_s": msg.age_s}
-        tx.event(events.DISPATCH_ORPHAN_GIVEUP, **info)
-        tx.audit("action_given_up", **info)
-        dead = sum(1 for o in self.replays.values() if o.session_id == r.session_id
-                   for t in o.giveup_times if now - t <= period)
-        if dead >= self.config.dead_client_count:
-            tx.event(events.DEAD_CLIENT_SIGNAL, session_id=r.session_id, dead_count=dead,
-                     period_s=period, replay_id=r.replay_id, machine_id=r.machine_id)
-            self._pause(r, tx, rules.dead_client_pause(r.machine_id, dead, period), action,
-                        failed=action)
-        elif critical:
-            self._pause(r, tx, rules.orphan_pause(action), action, failed=action)
+        if a.kind == "route" and a.action is not None:
+            where = consult.resolution(answer)
+            self._dispatch_now(r, a.action, where, tx)
+        elif a.kind == "payload" and a.action is not None:
+            human, checks = consult.pause_payload(answer, a.action, self.config)
+            self._pause(r, tx, human, a.action, checks=checks, counts_step=True)
         else:
-            r.index += 1  # D2: a lost wait/scroll/verify is logged and the replay goes on
-            self._advance(r, tx)
-        return tx.done(Ack(status="abandoned", detail={
-            "replay_status": r.status, "dead_count": dead}))
+            loop = consult.loop_pause(answer)
+            if loop is not None:
+                tx.event(events.LOOP_DETECTED, **who(r), **loop.detail)
+                self._pause(r, tx, loop, None)
+            else:
+                if answer is None:
+                    tx.event(events.LOOP_CHECK_MISSED, **who(r), error=error)
+                self._advance(r, tx)
+        if answer is None and a.kind != "loop":
+            tx.event(events.CONSULT_MISSED, **who(r), kind=a.kind, error=error)
+        if answer is None and a.kind == "payload" and r.pause is not None:
+            # The actor that says these did not answer: the dispatcher says them.
+            ids = {"action_id": r.pause.action_id, **who(r)}
+            tx.event(events.SAFETY_CHECKS_LLM_FAILED, **ids, cause="safety_checks_unavailable",
+                     detail=error)
+            tx.event(events.SAFETY_CHECKS_GENERATED, **ids, count=len(r.pause.safety_checks),
+                     sources=[c.source for c in r.pause.safety_checks])
+        return tx.done(Ack(status="applied"))
 
     def recover(self, now: float) -> Decision:
         """After a restart from the store: resend every in-flight action with a new attempt."""
@@ -330,8 +345,15 @@ class DispatcherCore(Engine):
             if r.inflight is not None:
                 resent.append(r.inflight.action.action_id)
                 self._redispatch(r, "dispatcher_restarted", tx, orphan=False)
+            elif r.awaiting is not None and r.awaiting.kind != "loop":
+                self._consult(r, r.awaiting.kind, r.awaiting.action, tx)  # asked again
             else:
+                # A loop verdict lost with the restart is not asked again: its report's
+                # screenshot is gone; the replay goes on, as on a timeout.
+                r.awaiting = None
                 self._advance(r, tx)
+            if r.status == PAUSED:
+                self._notify_paused(r, tx)
         tx.audit("dispatcher_recovered", resent=resent,
                  active=[r.replay_id for r in self._active()])
         return tx.done(Ack(status="recovered", detail={"resent": resent}))
@@ -374,13 +396,12 @@ class DispatcherCore(Engine):
             else:
                 self._pause(r, tx, rules.retries_exhausted(msg, action, used), action,
                             failed=action)
-        self._advance(r, tx)
+        r.last_screenshot = msg.screenshot_after or msg.screenshot_before or r.last_screenshot
+        if self.config.loop_detector and r.status == "running" and r.queue_len():
+            self._consult(r, "loop", None, tx, consult.observe_request(r, entry, msg))
+        else:
+            self._advance(r, tx)
 
 def _not_found(replay_id: str) -> ErrorReply:
     return ErrorReply(code="not_found", message=f"no replay {replay_id}",
                       detail={"replay_id": replay_id})
-
-
-def _skipped(action_id: str, attempt_id: str) -> Ack:
-    return Ack(status="skipped", detail={"reason": "not_in_flight", "action_id": action_id,
-                                         "attempt_id": attempt_id})

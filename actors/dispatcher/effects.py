@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from messages.base import Message
+from messages.codec import decode, encode
 from messages.dispatch import ActionReport, DispatchAction, InFlight
 
 
@@ -46,20 +47,33 @@ class PublishEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class NotifyAgentPaused:
-    """Show the pause bubble on the agent (placeholder until the agent has a pause message)."""
-
-    machine_id: str
-    replay_id: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class AuditRecord:
     """One decision worth an audit-trail entry; ``data["at"]`` is the time of the decision."""
 
     kind: str
     data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Consult:
+    """Ask ``service`` and give its answer (or None on timeout) to ``core.consulted``.
+
+    Not in the outbox: a replay left waiting by a crash is asked again at the start.
+    """
+
+    service: str
+    replay_id: str
+    token: str
+    message: Message
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Tell ``service`` something whose loss costs nothing but a little memory or a window."""
+
+    service: str
+    message: Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +86,8 @@ class RecordReport:
     at: float
 
 
-Effect = (SendToAgent | TrackInFlight | UntrackInFlight | PublishEvent | NotifyAgentPaused
-          | AuditRecord | RecordReport)
+Effect = (SendToAgent | TrackInFlight | UntrackInFlight | PublishEvent | AuditRecord
+          | RecordReport | Consult | Notify)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +113,11 @@ def effect_to_dict(effect: Effect) -> dict[str, Any]:
             return {"kind": "untrack", "action_id": action_id, "attempt_id": attempt_id}
         case PublishEvent(topic, data):
             return {"kind": "event", "topic": topic, "data": data}
-        case NotifyAgentPaused(machine_id, replay_id, message):
-            return {"kind": "notify_paused", "machine_id": machine_id, "replay_id": replay_id,
-                    "message": message}
+        case Consult(service, replay_id, token, message, timeout_s):
+            return {"kind": "consult", "service": service, "replay_id": replay_id,
+                    "token": token, "message": encode(message, token), "timeout_s": timeout_s}
+        case Notify(service, message):
+            return {"kind": "notify", "service": service, "message": encode(message)}
         case AuditRecord(kind, data):
             return {"kind": "audit", "audit_kind": kind, "data": data}
         case RecordReport(report, status, sender, at):
@@ -121,8 +137,11 @@ def effect_from_dict(d: dict[str, Any]) -> Effect:
         return UntrackInFlight(d["action_id"], d["attempt_id"])
     if kind == "event":
         return PublishEvent(d["topic"], dict(d["data"]))
-    if kind == "notify_paused":
-        return NotifyAgentPaused(d["machine_id"], d["replay_id"], d["message"])
+    if kind == "consult":
+        return Consult(d["service"], d["replay_id"], d["token"], decode(d["message"]).body,
+                       d["timeout_s"])
+    if kind == "notify":
+        return Notify(d["service"], decode(d["message"]).body)
     if kind == "audit":
         return AuditRecord(d["audit_kind"], dict(d["data"]))
     if kind == "record_report":

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any, Literal
 
 from actors.dispatcher import rules
+from actors.dispatcher.consult import consult_request
 from actors.dispatcher.effects import (
     AuditRecord,
+    Consult,
     Decision,
     Effect,
-    NotifyAgentPaused,
+    Notify,
     PublishEvent,
     SendToAgent,
     TrackInFlight,
@@ -23,6 +26,7 @@ from actors.dispatcher.effects import (
 from actors.dispatcher.invariants import check_invariants
 from actors.dispatcher.state import (
     PAUSED,
+    Awaiting,
     DispatcherConfig,
     DispatcherState,
     InFlightEntry,
@@ -32,8 +36,12 @@ from actors.dispatcher.state import (
 from messages import events
 from messages.base import Message
 from messages.dispatch import DispatchAction
+from messages.loop import ForgetReplay
+from messages.monitor import MonitorResolution
+from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
-from messages.workflow import Action
+from messages.safety import declared_checks
+from messages.workflow import SCREEN_TYPES, Action
 
 
 class Tx:
@@ -95,8 +103,10 @@ class Engine:
         check_invariants(self.state.replays, self._by_attempt, decision)
 
     def _advance(self, r: ReplayState, tx: Tx) -> None:
-        """Dispatch the next action if the replay runs, owns its session and has none in flight."""
-        while r.status == "running" and r.inflight is None and self._owner(r.session_id) is r:
+        """Dispatch the next action if the replay runs, owns its session and has none in flight
+        (nor waits for another actor's answer)."""
+        while (r.status == "running" and r.inflight is None and r.awaiting is None
+               and self._owner(r.session_id) is r):
             head = r.pop_head()
             tx.touch(r)
             if head is None:
@@ -105,10 +115,9 @@ class Engine:
             if head.type != "pause_for_human":
                 self._dispatch(r, head, tx)
                 return
-            checks = rules.declared_checks(head)
+            checks = declared_checks(head)
             if r.mode == "supervised" or checks:
-                self._pause(r, tx, rules.human_pause(head, checks), head, checks=checks,
-                            counts_step=True)
+                self._pause_for_human(r, head, checks, tx)
                 return
             r.index += 1  # autonomous mode: a pause_for_human without checks is skipped
             r.completed_actions += 1  # resolved: progress reaches total on completion
@@ -117,16 +126,52 @@ class Engine:
             tx.event(events.ACTION_ACKED, **info, outcome="skipped")
             tx.audit("action_skipped", **info)
 
+    def _pause_for_human(self, r: ReplayState, action: Action, checks: list[SafetyCheck],
+                         tx: Tx) -> None:
+        """Pause at a pause_for_human, with the checklist the safety_checks actor builds."""
+        if self.config.safety_checks:
+            self._consult(r, "payload", action, tx)
+        else:
+            self._pause(r, tx, rules.human_pause(action, checks), action, checks=checks,
+                        counts_step=True)
+
+    def _consult(self, r: ReplayState, kind: Literal["loop", "route", "payload"],
+                 action: Action | None, tx: Tx, message: Message | None = None) -> None:
+        """Wait for another actor's answer before the replay's next step (consult.py)."""
+        r.awaiting = Awaiting(kind, self._new_id(), tx.now, action)
+        tx.touch(r)
+        request = message if message is not None else consult_request(r)
+        service, timeout = {
+            "loop": ("loop_detector", self.config.loop_timeout_s),
+            "route": ("monitor_router", self.config.route_timeout_s),
+            "payload": ("safety_checks", self.config.payload_timeout_s)}[kind]
+        tx.effects.append(Consult(service, r.replay_id, r.awaiting.token, request, timeout))
+
+    def _drop_awaiting(self, r: ReplayState) -> None:
+        """Stop waiting (a pause or the end came first); an action taken off the queue for
+        it goes back to the head, and its answer, when it comes, is stale."""
+        a, r.awaiting = r.awaiting, None
+        if a is not None and a.action is not None and r.active:
+            r.inserted.insert(0, a.action)
+
     def _advance_session(self, session_id: str, tx: Tx) -> None:
         owner = self._owner(session_id)
         if owner is not None:
             self._advance(owner, tx)
 
     def _dispatch(self, r: ReplayState, action: Action, tx: Tx) -> None:
+        """Dispatch ``action``, once the monitor router has said on which monitor."""
+        if self.config.monitor_router and action.type in SCREEN_TYPES:
+            self._consult(r, "route", action, tx)
+        else:
+            self._dispatch_now(r, action, None, tx)
+
+    def _dispatch_now(self, r: ReplayState, action: Action,
+                      resolution: dict[str, Any] | None, tx: Tx) -> None:
         now = tx.now
         r.inflight = InFlightEntry(action=action, attempt_id=self._new_id(),
                                    machine_id=r.machine_id, first_dispatched_at=now,
-                                   dispatched_at=now)
+                                   dispatched_at=now, monitor_resolution=resolution)
         r.bump("dispatched")
         self._send(r, tx)
 
@@ -155,13 +200,15 @@ class Engine:
         tx.effects.append(TrackInFlight(r.tracked()))
         # Every copy carries the ids it redoes: any of them may be the one the agent gets.
         supersedes = r.supersedes.get(e.action.action_id, [])
+        resolution = (None if e.monitor_resolution is None
+                      else MonitorResolution.model_validate(e.monitor_resolution))
         tx.effects.append(SendToAgent(e.machine_id, DispatchAction(
             replay_id=r.replay_id, session_id=r.session_id, machine_id=e.machine_id,
             action=e.action, attempt_id=e.attempt_id, dispatch_meta=e.meta(),
-            supersedes=list(supersedes))))
+            monitor_resolution=resolution, supersedes=list(supersedes))))
         info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
                 "action_type": e.action.type, "resent_count": e.resent_count,
-                "resend_reason": e.resend_reason}
+                "resend_reason": e.resend_reason, "monitor_resolution": e.monitor_resolution}
         if supersedes:
             info["supersedes"] = list(supersedes)
         tx.event(events.ACTION_DISPATCHED, **info)
@@ -179,8 +226,12 @@ class Engine:
     def _purge(self, r: ReplayState, tx: Tx) -> None:
         """D4 / I4: no queue and nothing in flight once a replay is finished."""
         self._untrack(r, tx)
+        r.awaiting = None
         r.clear_queue()
+        r.last_screenshot = None
         tx.touch(r)
+        if self.config.loop_detector:
+            tx.effects.append(Notify("loop_detector", ForgetReplay(replay_id=r.replay_id)))
 
     def _complete(self, r: ReplayState, tx: Tx) -> None:
         self._purge(r, tx)
@@ -204,6 +255,7 @@ class Engine:
             failed_action=failed or (old.failed_action if old else None),
             counts_step=counts_step or (old.counts_step if old else False),
             safety_checks=all_checks, detail=cause.detail)
+        self._drop_awaiting(r)
         r.status = PAUSED
         r.bump("pauses")
         tx.touch(r)
@@ -212,7 +264,15 @@ class Engine:
                 "safety_checks": [c.model_dump(mode="json") for c in all_checks]}
         tx.event(events.REPLAY_PAUSED, **info)
         tx.audit("replay_paused", **info)
-        tx.effects.append(NotifyAgentPaused(r.machine_id, r.replay_id, cause.message))
+        self._notify_paused(r, tx)
+
+    def _notify_paused(self, r: ReplayState, tx: Tx) -> None:
+        """Show the pause to the person at the workstation (messages/pause.py)."""
+        p = r.pause
+        if p is not None:
+            tx.effects.append(Notify(f"agent.{r.machine_id}", AgentPaused(
+                replay_id=r.replay_id, reason=p.reason, message=p.message,
+                action_id=p.action_id, safety_checks=list(p.safety_checks), paused_at=p.at)))
 
     # Lookups ------------------------------------------------------------------------------
 

@@ -67,10 +67,15 @@ def _check_replay(r: ReplayState) -> None:
               f"completed {r.completed_actions}")
     if r.status == "completed" and r.index != r.total:
         _fail("state", f"replay {r.replay_id} completed at step {r.index}/{r.total}")
-    stray = set(r.supersedes) - set(queue) - ({e.action.action_id} if e else set())
+    waiting = r.awaiting.action if r.awaiting is not None else None
+    held = {a.action_id for a in (e.action if e else None, waiting) if a is not None}
+    stray = set(r.supersedes) - set(queue) - held
     if stray:
         _fail("state", f"replay {r.replay_id} keeps supersedes of actions neither queued nor"
               f" in flight: {sorted(stray)}")
+    if waiting is not None and (waiting.action_id in queue or e is not None):
+        _fail("I1", f"{waiting.action_id} of {r.replay_id} awaits its consultation while "
+              "queued or with another action in flight")
     if e is None:
         return
     aid = e.action.action_id

@@ -17,27 +17,33 @@ from loguru import logger
 
 from actors.base import Actor, Incoming
 from actors.dispatcher import rules
+from actors.dispatcher.audit_sender import AuditSender
 from actors.dispatcher.core import DispatcherCore
 from actors.dispatcher.effects import (
     AuditRecord,
+    Consult,
     Decision,
     Effect,
-    NotifyAgentPaused,
+    Notify,
     PublishEvent,
     RecordReport,
     SendToAgent,
     TrackInFlight,
     UntrackInFlight,
 )
+from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
 from broker.client import CallFailed
 from broker.config import Settings
 from messages.base import Message
 from messages.codec import Envelope, decode, encode
+from messages.control import ErrorReply
 from messages.dispatch import (
+    ActionProgress,
     ActionReport,
     AgentHello,
+    ClaimAttempt,
     ListInFlight,
     OrphanGiveUp,
     OrphanResend,
@@ -55,13 +61,15 @@ from messages.replay import (
 
 _C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
 
-# Performed outbox rows are deleted in batches, in the next transaction or on a timer: a
-# crash before that only re-performs effects, which every receiver deduplicates.
+# Acknowledged outbox rows are deleted in batches, in the next transaction or on a timer: a
+# crash before that only sends their records again, which audit_log stores once.
 _FLUSH_SENT_S = 0.2
 # Track / Untrack go to the watchdog together in one TrackBatch this often, not as two round
 # trips per step (those were ~40% of the tree's CPU per step, bench/turnaround.py): its
 # timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
+_AUDIT_S = 0.05
+"""How often audit records committed since are sent (a batch at a time; acks drive more)."""
 
 
 def _new_id() -> str:
@@ -77,7 +85,7 @@ class DispatcherActor(Actor):
         super().__init__(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = DispatcherStore.in_dir(settings.data_dir)
-        self.core = DispatcherCore(config or DispatcherConfig(), _new_id, self.store.load())
+        self.core = DispatcherCore(config or config_from_env(), _new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
         self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
@@ -86,6 +94,12 @@ class DispatcherActor(Actor):
         self.handle(PauseReplay, self._once(self.operator_pause))
         self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
         self.handle(ActionReport, self.on_report)
+        # The transport sender is not authenticated yet: the body's machine_id stands for it.
+        self.handle(ClaimAttempt,
+                    lambda m, _r: self.core.claim(m, m.machine_id, time.time()).reply)
+        self.handle(ActionProgress,
+                    lambda m, _r: self._apply(self.core.progress(m, m.machine_id, time.time()),
+                                              durable=False))
         self.handle(AgentHello,
                     lambda m, _r: self._apply(self.core.agent_hello(m, time.time())))
         self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
@@ -93,15 +107,14 @@ class DispatcherActor(Actor):
                     lambda m, _r: self._apply(self.core.orphan_resend(m, time.time())))
         self.handle(OrphanGiveUp,
                     lambda m, _r: self._apply(self.core.orphan_giveup(m, time.time())))
+        self.audit = AuditSender(self.store.store_id,
+                                 lambda after, n: self.store.pending_outbox(n, after),
+                                 self.call, lambda ids: self._sent.extend(ids))
         self.every(_FLUSH_SENT_S, lambda _now: self._flush_sent())
+        self.every(_AUDIT_S, self.audit.tick)
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
 
     def on_start(self) -> None:
-        pending = self.store.pending_outbox()
-        if pending:
-            logger.info("dispatcher: performing {} effect(s) left in the outbox", len(pending))
-            for outbox_id, effect in pending:
-                self._perform(effect, outbox_id)
         decision = self.core.recover(time.time())
         if decision.effects:
             logger.info("dispatcher: recovered, re-sending {} in-flight action(s)",
@@ -163,15 +176,15 @@ class DispatcherActor(Actor):
         record = None if request is None else (*request, encode(decision.reply, request[0]))
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
-        written = self.store.commit_decision(self.core.replays, decision, record,
-                                             durable=durable, sent=self._sent)
+        self.store.commit_decision(self.core.replays, decision, record, durable=durable,
+                                   sent=self._sent)
         self._sent = []
-        rows = {id(effect): outbox_id for outbox_id, effect in written}
         # Dispatches first (a stable sort): an agent is waiting for them, the bus and the
-        # bookkeeping are not.
+        # bookkeeping are not. The store wrote the reports log; audit records wait in the
+        # outbox for the AuditSender.
         for effect in sorted(decision.effects, key=lambda e: not isinstance(e, SendToAgent)):
-            if not isinstance(effect, RecordReport):  # the store wrote those
-                self._perform(effect, rows.get(id(effect)))
+            if not isinstance(effect, RecordReport | AuditRecord):
+                self._perform(effect)
         return decision.reply
 
     def _flush_sent(self) -> None:
@@ -185,10 +198,8 @@ class DispatcherActor(Actor):
             self.call("watchdog", TrackBatch(updates=batch), _ignore, timeout_s=2.0,
                       retries=2)
 
-    def _perform(self, effect: Effect, outbox_id: int | None = None) -> None:
-        """Perform one committed effect; its outbox row (if it has one) goes once handed over."""
-        if outbox_id is not None:
-            self._sent.append(outbox_id)
+    def _perform(self, effect: Effect) -> None:
+        """Perform one committed effect."""
         if isinstance(effect, TrackInFlight | UntrackInFlight):
             self._watchdog.append(
                 Track(entry=effect.entry) if isinstance(effect, TrackInFlight)
@@ -199,10 +210,25 @@ class DispatcherActor(Actor):
             self.call(f"agent.{effect.machine_id}", effect.message,
                       _log_failure(effect.message.action.action_id), timeout_s=10.0,
                       retries=0)
+        elif isinstance(effect, Consult):
+            self.call(effect.service, effect.message, self._answered(effect),
+                      timeout_s=effect.timeout_s, retries=0)
+        elif isinstance(effect, Notify):
+            self.call(effect.service, effect.message, _ignore, timeout_s=5.0, retries=1)
         elif isinstance(effect, PublishEvent):
             self.publish(effect.topic, **effect.data)
-        elif isinstance(effect, NotifyAgentPaused | AuditRecord):
-            pass  # consumers arrive with the agent's pause bubble and the audit_log actor
+
+    def _answered(self, consult: Consult) -> Callable[[Envelope[Message] | None,
+                                                       CallFailed | None], None]:
+        def callback(reply: Envelope[Message] | None, error: CallFailed | None) -> None:
+            answer = reply.body if reply is not None else None
+            if isinstance(answer, ErrorReply):
+                error, answer = CallFailed(answer.code, answer.message), None
+            why = None if error is None else str(error)
+            self._apply(self.core.consulted(consult.replay_id, consult.token, answer, why,
+                                            time.time()))
+
+        return callback
 
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:

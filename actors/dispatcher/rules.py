@@ -11,6 +11,7 @@ from typing import Any
 
 from messages.dispatch import ActionReport
 from messages.replay import SafetyCheck
+from messages.safety import pause_message
 from messages.workflow import Action
 
 _SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
@@ -141,34 +142,6 @@ def operator_pause_message(operator: str | None, message: str | None) -> str:
 
 
 def human_pause(action: Action, checks: list[SafetyCheck]) -> PauseCause:
-    message = action.parameters.get("message")
-    text = message if isinstance(message, str) and message else (
-        action.intention or "Pause demandée par le workflow.")
-    return PauseCause(USER_REQUEST, text,
+    return PauseCause(USER_REQUEST, pause_message(action),
                       {"safety_level": action.parameters.get("safety_level"),
                        "checks": len(checks)})
-
-
-def declared_checks(action: Action) -> list[SafetyCheck]:
-    """``parameters.safety_checks`` as SafetyCheck (source declarative).
-
-    Lenient on shape but never drops a check: a medical check lost to a typo is worse than
-    one with a generated id. Bare strings become labels; ids are made unique.
-    """
-    raw = action.parameters.get("safety_checks")
-    if not isinstance(raw, list):
-        return []
-    checks: list[SafetyCheck] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw, start=1):
-        entry: dict[str, Any] = item if isinstance(item, dict) else {"label": str(item)}
-        cid = str(entry.get("id") or f"check_{i}")
-        while cid in seen:
-            cid = f"{cid}_{i}"
-        seen.add(cid)
-        label = str(entry.get("label") or entry.get("id") or f"Vérification {i}")
-        required = entry.get("required", True)
-        checks.append(SafetyCheck(id=cid, label=label,
-                                  required=required if isinstance(required, bool) else True,
-                                  source="declarative"))
-    return checks

@@ -28,6 +28,16 @@ class DispatcherConfig:
     dead_client_count: int = 2  # give-ups ...
     dead_client_period_s: float = 60.0  # ... within this period on one session pause it
     max_finished_replays: int = 1000  # finished replays kept in memory for status queries
+    # Other actors consulted on a replay's way (consult.py); off here so that the core alone
+    # runs as spec/03 describes; the process turns them on from the environment.
+    loop_detector: bool = False  # RPA_LOOP_DETECTOR_ENABLED: a verdict after every report
+    monitor_router: bool = False  # a monitor resolution before every screen action
+    safety_checks: bool = False  # the pause payload (checks) from the safety_checks actor
+    loop_timeout_s: float = 2.0  # RPA_LOOP_DETECTOR_TIMEOUT_S
+    route_timeout_s: float = 1.0
+    payload_timeout_s: float = 7.0  # RPA_SAFETY_CHECKS_LLM_TIMEOUT_S (5) + 2
+    llm_fail_closed: bool = False  # RPA_SAFETY_CHECKS_LLM_FAIL_MODE=closed
+    llm_enabled: bool = False  # RPA_SAFETY_CHECKS_LLM_ENABLED
 
 
 class Resolution(NamedTuple):
@@ -50,11 +60,25 @@ class InFlightEntry:
     orphan_resends: int = 0  # watchdog resends only: the budget the watchdog counts
     last_resent_at: float = 0.0
     resend_reason: str | None = None
+    monitor_resolution: dict[str, Any] | None = None  # as the router answered, every copy
+    claimed: bool = False  # the agent was told to go ahead (not stored: see core.claim)
+    progress: str | None = None  # the agent's last ActionProgress state (not stored)
+    patience_s: float = 0.0  # and the watchdog's extra patience it asked for
 
     def meta(self) -> DispatchMeta:
         return DispatchMeta(first_dispatched_at=self.first_dispatched_at,
                             resent_count=self.resent_count, last_resent_at=self.last_resent_at,
                             resend_reason=self.resend_reason)
+
+
+@dataclass(slots=True)
+class Awaiting:
+    """A replay waiting for another actor's answer before its next step (consult.py)."""
+
+    kind: Literal["loop", "route", "payload"]
+    token: str  # the consultation; an answer carrying another one is stale
+    since: float
+    action: Action | None = None  # route: the action to dispatch; payload: the pause step
 
 
 @dataclass(slots=True)
@@ -101,6 +125,9 @@ class ReplayState:
     supersedes: dict[str, list[str]] = field(default_factory=dict)
     pause: PauseInfo | None = None
     checks_acknowledged: dict[str, Any] | None = None
+    awaiting: Awaiting | None = None
+    # The last screenshot an agent reported, for the safety checks' model; memory only.
+    last_screenshot: bytes | None = None
 
     @property
     def total(self) -> int:
@@ -146,7 +173,8 @@ class ReplayState:
         return InFlight(replay_id=self.replay_id, session_id=self.session_id,
                         machine_id=e.machine_id, action_id=e.action.action_id,
                         attempt_id=e.attempt_id, action_type=e.action.type,
-                        dispatched_at=e.dispatched_at, resent_count=e.orphan_resends)
+                        dispatched_at=e.dispatched_at, resent_count=e.orphan_resends,
+                        patience_s=e.patience_s)
 
     def summary(self) -> ReplaySummary:
         p = self.pause
@@ -155,6 +183,8 @@ class ReplayState:
             workflow_id=self.workflow.workflow_id, mode=self.mode, status=self.status,
             index=self.index, total=self.total, completed_actions=self.completed_actions,
             current_action_id=self.inflight.action.action_id if self.inflight else None,
+            current_action_state=self.inflight.progress if self.inflight else (
+                f"awaiting_{self.awaiting.kind}" if self.awaiting else None),
             queue_length=self.queue_len(), queue_head=self.queue_head(),
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
@@ -177,7 +207,7 @@ def _action(a: Action) -> dict[str, Any]:
 
 def mutable_dump(r: ReplayState) -> dict[str, Any]:
     """The part of a replay that changes per transition (not the workflow, not ``resolved``)."""
-    e, p = r.inflight, r.pause
+    e, p, a = r.inflight, r.pause, r.awaiting
     return {
         "status": r.status, "cursor": r.cursor, "inserted": [_action(a) for a in r.inserted],
         "index": r.index, "completed_actions": r.completed_actions, "counters": r.counters,
@@ -188,7 +218,11 @@ def mutable_dump(r: ReplayState) -> dict[str, Any]:
             "action": _action(e.action), "attempt_id": e.attempt_id, "machine_id": e.machine_id,
             "first_dispatched_at": e.first_dispatched_at, "dispatched_at": e.dispatched_at,
             "resent_count": e.resent_count, "orphan_resends": e.orphan_resends,
-            "last_resent_at": e.last_resent_at, "resend_reason": e.resend_reason},
+            "last_resent_at": e.last_resent_at, "resend_reason": e.resend_reason,
+            "monitor_resolution": e.monitor_resolution},
+        "awaiting": None if a is None else {
+            "kind": a.kind, "token": a.token, "since": a.since,
+            "action": None if a.action is None else _action(a.action)},
         "pause": None if p is None else {
             "reason": p.reason, "message": p.message, "at": p.at, "action_id": p.action_id,
             "failed_action": None if p.failed_action is None else _action(p.failed_action),
@@ -215,7 +249,11 @@ def mutable_restore(r: ReplayState, m: dict[str, Any]) -> None:
         machine_id=e["machine_id"], first_dispatched_at=e["first_dispatched_at"],
         dispatched_at=e["dispatched_at"], resent_count=e["resent_count"],
         orphan_resends=e["orphan_resends"], last_resent_at=e["last_resent_at"],
-        resend_reason=e["resend_reason"])
+        resend_reason=e["resend_reason"], monitor_resolution=e.get("monitor_resolution"))
+    a = m.get("awaiting")  # absent from states stored before consultations
+    r.awaiting = None if a is None else Awaiting(
+        kind=a["kind"], token=a["token"], since=a["since"],
+        action=None if a["action"] is None else Action.model_validate(a["action"]))
     r.pause = None if p is None else PauseInfo(
         reason=p["reason"], message=p["message"], at=p["at"], action_id=p["action_id"],
         failed_action=(None if p["failed_action"] is None

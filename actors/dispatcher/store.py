@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import islice
@@ -44,7 +45,6 @@ from actors.dispatcher.effects import (
     AuditRecord,
     Decision,
     Effect,
-    NotifyAgentPaused,
     RecordReport,
     effect_from_dict,
     effect_to_dict,
@@ -101,7 +101,7 @@ WAL_AUTOCHECKPOINT = 10_000
 KEEP_REQUESTS = 4096
 """Control requests remembered: copies come seconds apart (retries, the broker's queue)."""
 _SCREENSHOTS = ("screenshot_before", "screenshot_after")
-OUTBOX_EFFECTS = (AuditRecord, NotifyAgentPaused)
+OUTBOX_EFFECTS = (AuditRecord,)
 """Effects kept in the outbox until performed: nothing else would bring them back after a
 crash. The others are derived again from the committed state: the in-flight actions are
 re-sent at start (new attempt ids, with their watchdog tracking), the watchdog asks about
@@ -138,6 +138,12 @@ class DispatcherStore:
         self._db.executescript(_SCHEMA)
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                          (str(SCHEMA_VERSION),))
+        # Names this database in the ids of what it sends (audit record ids): a database
+        # made anew restarts its outbox ids, never its store id.
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)",
+                         (uuid.uuid4().hex,))
+        (self.store_id,) = self._db.execute(
+            "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
         self._known: set[str] = set()  # replays whose immutable head is in the database
         self._resolved_written: dict[str, int] = {}  # replay_id -> entries of ``resolved``
 
@@ -312,10 +318,11 @@ class DispatcherStore:
 
     # Outbox and reports log ---------------------------------------------------------------
 
-    def pending_outbox(self, limit: int | None = None) -> list[tuple[int, Effect]]:
-        """Effects committed but not yet marked sent, oldest first."""
-        rows = self._db.execute("SELECT id, body FROM outbox ORDER BY id LIMIT ?",
-                                (-1 if limit is None else limit,)).fetchall()
+    def pending_outbox(self, limit: int | None = None, after: int = 0
+                       ) -> list[tuple[int, Effect]]:
+        """Effects committed but not yet marked sent, oldest first (ids above ``after``)."""
+        rows = self._db.execute("SELECT id, body FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
+                                (after, -1 if limit is None else limit)).fetchall()
         return [(oid, effect_from_dict(_unpack(body))) for oid, body in rows]
 
     def mark_sent(self, outbox_ids: Iterable[int]) -> None:

@@ -89,7 +89,8 @@ class WatchdogCore:
         questions: list[OrphanResend | OrphanGiveUp] = []
         for timer in self._timers.values():
             age = now - timer.started
-            if age <= self.config.orphan_timeout_s or timer.asked_at is not None:
+            patience = self.config.orphan_timeout_s + timer.entry.patience_s
+            if age <= patience or timer.asked_at is not None:
                 continue
             timer.asked_at = now
             entry = timer.entry

@@ -19,7 +19,7 @@ from agent.effects import read_effects
 from broker.client import CallFailed, SyncClient
 from cli.ping import service_pid
 from messages.base import Message
-from messages.dispatch import InFlightList, ListInFlight
+from messages.dispatch import InFlight, InFlightList, ListInFlight
 from messages.replay import (
     GetReplayStatus,
     Mode,
@@ -48,15 +48,19 @@ def workflow(*actions: dict[str, Any], workflow_id: str = "wf") -> Workflow:
 
 
 def clicks(n: int, **extra: Any) -> list[dict[str, Any]]:
-    return [{"type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}, **extra}
-            for _ in range(n)]
+    """``n`` clicks on different spots, as a recorded workflow has (the same click three
+    times in a row is the loop detector's ``action_repeat``)."""
+    return [{"type": "click", "target_spec": {"x_pct": 0.5, "y_pct": round(0.05 + 0.9 * (
+        i % 97) / 97, 4)}, **extra} for i in range(n)]
 
 
 class Agent:
     """One simulated agent process (``python -m agent``), restartable on the same data dir."""
 
     def __init__(self, system: System, machine_id: str, scenario: dict[str, Any] | None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        self.extra_args = list(extra_args or [])  # more agent flags (--ssh, --curve...)
         self.system = system
         self.machine_id = machine_id
         base = system.tmp / f"agent-{machine_id}"
@@ -76,6 +80,7 @@ class Agent:
                 str(self.data_dir), "--effects-log", str(self.effects_path)]
         if self.scenario_path is not None:
             argv += ["--scenario", str(self.scenario_path)]
+        argv += self.extra_args
         self.proc = self.system.spawn(python_argv(*argv), env=self.env,
                                       name=f"agent-{self.machine_id}")
 
@@ -130,8 +135,9 @@ class System:
         return pid
 
     def agent(self, machine_id: str, scenario: dict[str, Any] | None = None,
-              extra_env: dict[str, str] | None = None) -> Agent:
-        return Agent(self, machine_id, scenario, extra_env)
+              extra_env: dict[str, str] | None = None,
+              extra_args: list[str] | None = None) -> Agent:
+        return Agent(self, machine_id, scenario, extra_env, extra_args)
 
     # Control ---------------------------------------------------------------------------------
 
@@ -170,3 +176,14 @@ class System:
         reply = self.call("dispatcher", ListInFlight())
         assert isinstance(reply, InFlightList)
         return reply
+
+    def inflight_of(self, replay_id: str) -> InFlight | None:
+        """The replay's action in flight now, if any."""
+        return next((e for e in self.inflight().entries if e.replay_id == replay_id), None)
+
+    def wait_inflight(self, replay_id: str, timeout: float = 10.0) -> InFlight:
+        """The replay's action in flight, once dispatched (a dispatch first waits for the
+        monitor router's answer)."""
+        entry = wait_until(lambda: self.inflight_of(replay_id), timeout=timeout)
+        assert isinstance(entry, InFlight)
+        return entry

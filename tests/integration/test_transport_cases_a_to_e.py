@@ -31,10 +31,6 @@ PAUSED = "paused_need_help"
 Env = dict[str, str]
 
 
-def inflight(system: System, replay_id: str) -> InFlight | None:
-    return next((e for e in system.inflight().entries if e.replay_id == replay_id), None)
-
-
 def test_case_a_agent_frozen_before_the_dispatch_reaches_it(
         spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
     """a: the agent is frozen (SIGSTOP) and the broker has dropped it when the first action is
@@ -52,9 +48,9 @@ def test_case_a_agent_frozen_before_the_dispatch_reaches_it(
     wait_registered(system, "a1", present=False)
 
     rid = system.start(workflow(*clicks(3)), "a1")
-    first = inflight(system, rid)
+    first = system.wait_inflight(rid)
     assert first is not None and (first.action_id, first.resent_count) == ("s0", 0)
-    resent = wait_until(lambda: (e := inflight(system, rid)) and e.resent_count == 1 and e,
+    resent = wait_until(lambda: (e := system.inflight_of(rid)) and e.resent_count == 1 and e,
                         timeout=20)
     assert isinstance(resent, InFlight) and resent.action_id == "s0"
     assert resent.attempt_id != first.attempt_id
@@ -95,7 +91,7 @@ def test_case_b_agent_killed_after_receiving_before_executing(
     verdict = accepted(system, rid, "s1")
     assert (verdict.success, verdict.error) == (False, "indeterminate_after_restart")
     assert agent.executed("s1") == 0
-    assert inflight(system, rid) is None  # I6: a paused replay dispatches nothing
+    assert system.inflight_of(rid) is None  # I6: a paused replay dispatches nothing
 
     reply = system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test"))
     assert isinstance(reply, ReplayResumed)
@@ -127,7 +123,7 @@ def test_case_c_agent_executes_then_dies_before_reporting(
     paused = system.wait_status(rid, PAUSED, timeout=30)
     assert paused.pause_reason == "needs_human"
     assert accepted(system, rid, "s1").error == "indeterminate_after_restart"
-    assert inflight(system, rid) is None  # nothing left for the watchdog to resend
+    assert system.inflight_of(rid) is None  # nothing left for the watchdog to resend
     assert_client_invariants(system, agent, ["s0", "s1"])
 
 

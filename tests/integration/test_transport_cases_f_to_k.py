@@ -13,7 +13,7 @@ from pathlib import Path
 
 from messages import Pong, events
 from messages.control import Ping
-from messages.dispatch import ActionReceived, DispatchAction, DispatchMeta, InFlight
+from messages.dispatch import ActionReceived, DispatchAction, DispatchMeta
 from tests.conftest import Spawn, wait_until
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import (
@@ -31,10 +31,6 @@ PAUSED = "paused_need_help"
 Env = dict[str, str]
 
 
-def inflight(system: System, replay_id: str) -> InFlight | None:
-    return next((e for e in system.inflight().entries if e.replay_id == replay_id), None)
-
-
 def test_case_f_watchdog_resends_while_the_agent_still_executes(
         spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
     """f: s1 takes longer (6 s) than the orphan timeout (3 s): the watchdog resends it with a
@@ -49,7 +45,7 @@ def test_case_f_watchdog_resends_while_the_agent_still_executes(
     agent = system.agent("f1", {"actions": {"s1": {"delay_s": 6}}})
     wait_ready(system, agent)
     rid = system.start(workflow(*clicks(3)), "f1")
-    wait_until(lambda: (e := inflight(system, rid)) and e.action_id == "s1"
+    wait_until(lambda: (e := system.inflight_of(rid)) and e.action_id == "s1"
                and e.resent_count >= 1, timeout=20)
     row = ledger_row(agent, "s1")
     assert row is not None and row.state == "started"  # the first attempt still executing
@@ -82,7 +78,7 @@ def test_case_g_watchdog_resend_after_the_agent_executed_and_reported_late(
     wait_ready(system, agent)
     rid = system.start(workflow(*clicks(3)), "g1")
     wait_until(lambda: ledger_row(agent, "s1"), timeout=20)
-    first = inflight(system, rid)
+    first = system.wait_inflight(rid)
     assert first is not None and first.action_id == "s1"
     wait_dispatcher_idle(system)  # the watchdog's timer for s1 runs
     dispatcher = system.kill("dispatcher", signal.SIGSTOP)
@@ -134,7 +130,7 @@ def test_case_h_dead_client_pauses_the_replay(
         gave_up = bus.events(events.DISPATCH_ORPHAN_GIVEUP, replay_id=r_dead)
         assert [(e.data["action_id"], e.data["critical"], e.data["resent_count"])
                 for e in gave_up] == [("s0", False, 2), ("s1", False, 2)]
-        assert inflight(system, r_dead) is None  # the click s2 is never dispatched
+        assert system.inflight_of(r_dead) is None  # the click s2 is never dispatched
 
         lost_paused = system.wait_status(r_lost, PAUSED, timeout=60)
         assert lost_paused.pause_reason == "orphan_max_resends" and lost_paused.index == 0

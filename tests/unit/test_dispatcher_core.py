@@ -26,14 +26,14 @@ from actors.dispatcher.core import DispatcherCore
 from actors.dispatcher.effects import (
     AuditRecord,
     Decision,
-    NotifyAgentPaused,
+    Notify,
     PublishEvent,
     RecordReport,
     SendToAgent,
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.rules import base_id, declared_checks, resume_id, retry_id
+from actors.dispatcher.rules import base_id, resume_id, retry_id
 from actors.dispatcher.state import (
     DispatcherConfig,
     DispatcherState,
@@ -55,6 +55,7 @@ from messages.dispatch import (
     OrphanResend,
     ReportAck,
 )
+from messages.pause import AgentPaused
 from messages.replay import (
     Ack,
     CancelReplay,
@@ -66,6 +67,7 @@ from messages.replay import (
     ResumeReplay,
     StartReplay,
 )
+from messages.safety import declared_checks
 from messages.workflow import CRITICAL_TYPES, Action, Workflow
 
 E = TypeVar("E")
@@ -89,6 +91,11 @@ def wf(*actions: Action | str, workflow_id: str = "wf") -> Workflow:
 
 def of(decision: Decision, kind: type[E]) -> list[E]:
     return [e for e in decision.effects if isinstance(e, kind)]
+
+
+def notices(decision: Decision) -> list[AgentPaused]:
+    """The pause notices sent to agents."""
+    return [n.message for n in of(decision, Notify) if isinstance(n.message, AgentPaused)]
 
 
 def sent(decision: Decision) -> list[DispatchAction]:
@@ -435,7 +442,7 @@ def test_case_e_failed_verify_retries_at_the_head_then_pauses() -> None:
     assert (s.status, s.pause_reason) == ("paused_need_help", "target_not_found")
     assert s.pause_message == "Je n'y arrive pas (« Coller ou saisir le dossier patient »)"
     assert (s.index, s.completed_actions, s.counters["retries"]) == (0, 0, 3)
-    assert of(d, NotifyAgentPaused)[0].message == s.pause_message
+    assert notices(d)[0].message == s.pause_message
     assert event(d, events.REPLAY_PAUSED)["resume_action"] == "step_1_retry3"
 
 
@@ -828,7 +835,8 @@ def test_case_r_hello_while_paused_shows_the_pause_again_and_dispatches_nothing(
     rid, _ = h.start(wf(act("p", "pause_for_human", message="Appelez le médecin")))
     d = h.hello("m1")
     assert sent(d) == []
-    assert of(d, NotifyAgentPaused) == [NotifyAgentPaused("m1", rid, "Appelez le médecin")]
+    assert [(n.replay_id, n.message) for n in notices(d)] == [(rid, "Appelez le médecin")]
+    assert [n.service for n in of(d, Notify)] == ["agent.m1"]
 
 
 # Pause while in flight (case l), cancel (case m), completion (case p) ----------------------

@@ -17,8 +17,9 @@ import pytest
 
 from actors.dispatcher.effects import (
     AuditRecord,
+    Consult,
     Effect,
-    NotifyAgentPaused,
+    Notify,
     PublishEvent,
     RecordReport,
     SendToAgent,
@@ -29,6 +30,8 @@ from actors.dispatcher.effects import (
 )
 from actors.dispatcher.state import DispatcherState, mutable_dump
 from actors.dispatcher.store import DB_NAME, OUTBOX_EFFECTS, DispatcherStore
+from messages.loop import ForgetReplay
+from messages.pause import AgentPaused
 from messages.workflow import Action
 from tests.unit.test_dispatcher_core import CHECKS, H, act, of, sent, wf
 
@@ -156,7 +159,9 @@ def test_every_effect_survives_msgpack(tmp_path: Path) -> None:
     rid, d = h.start(wf("s1", act("t", "type")))
     report = h.report_msg(rid, screenshot_before=b"\x00\xff", actual_position={"x_pct": 0.5})
     effects: list[Effect] = [
-        *d.effects, UntrackInFlight("s1", "a1"), NotifyAgentPaused("m1", rid, "Pause"),
+        *d.effects, UntrackInFlight("s1", "a1"),
+        Notify("agent.m1", AgentPaused(replay_id=rid, message="Pause")),
+        Consult("loop_detector", rid, "t1", ForgetReplay(replay_id=rid), 2.0),
         AuditRecord("report_received", {"report": report.model_dump(), "at": 1.5}),
         RecordReport(report, "accepted", "m1", 2.0)]
     assert {type(e) for e in effects} >= {SendToAgent, TrackInFlight, PublishEvent}

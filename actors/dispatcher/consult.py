@@ -1,0 +1,121 @@
+"""What the dispatcher asks the other actors on a replay's way, and what it makes of the answers.
+
+Three consultations hold a replay (``ReplayState.awaiting``) until answered or timed out:
+
+- ``route``: before a screen action is dispatched, the monitor router says on which monitor
+  (spec/01 §4); no answer in time → the composite, as an agent without geometry would do.
+- ``payload``: at a pause_for_human, the safety_checks actor builds the checklist (spec/01
+  §6); no answer → the declared checks, built here by the same function it uses.
+- ``loop``: after a report, before the next dispatch, the loop detector's verdict (spec/01
+  §5); no answer → the replay goes on (the miss is an event).
+
+An answer names its consultation by token: one that arrives after the replay moved on (a
+pause, a cancel, a restart that asked again) is stale and changes nothing. The functions
+here are pure; the core (core.py) applies them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.dispatcher import rules
+from actors.dispatcher.state import DispatcherConfig, InFlightEntry, ReplayState
+from messages.base import Message
+from messages.dispatch import ActionReport
+from messages.loop import IMAGE_MAGIC, LOOP_DETECTED, LoopVerdict, ObserveStep
+from messages.monitor import COMPOSITE, MonitorResolution, ResolveMonitor
+from messages.replay import SafetyCheck
+from messages.safety import (
+    BuildPausePayload,
+    PausePayload,
+    RecentStep,
+    ReplayContext,
+    declared_checks,
+    llm_unavailable_check,
+    safety_level,
+)
+from messages.workflow import Action
+
+RECENT_STEPS = 5
+"""Steps already resolved that the safety checks' model sees as context."""
+
+
+def consult_request(r: ReplayState) -> Message:
+    """The request of ``r``'s pending route or payload consultation."""
+    a = r.awaiting
+    if a is None or a.action is None:
+        raise ValueError(f"replay {r.replay_id} awaits no route or payload")
+    if a.kind == "route":
+        return ResolveMonitor(machine_id=r.machine_id, action_id=a.action.action_id,
+                              action_type=a.action.type, monitor_index=a.action.monitor_index,
+                              monitor_geometry=a.action.monitor_geometry,
+                              replay_id=r.replay_id, session_id=r.session_id)
+    return BuildPausePayload(
+        replay_id=r.replay_id, session_id=r.session_id, machine_id=r.machine_id, mode=r.mode,
+        action=a.action, last_screenshot=r.last_screenshot, context=ReplayContext(
+            workflow_id=r.workflow.workflow_id, workflow_name=r.workflow.name or "",
+            index=r.index, total=r.total, recent_steps=_recent(r)))
+
+
+def _recent(r: ReplayState) -> list[RecentStep]:
+    done = r.workflow.actions[max(0, r.cursor - 1 - RECENT_STEPS):max(0, r.cursor - 1)]
+    return [RecentStep(action_id=a.action_id, type=a.type, intention=a.intention)
+            for a in done]
+
+
+def observe_request(r: ReplayState, entry: InFlightEntry, report: ActionReport) -> ObserveStep:
+    """What the loop detector sees of one accepted report."""
+    action = entry.action
+    base = rules.base_id(action.action_id)
+    return ObserveStep(
+        replay_id=r.replay_id, session_id=r.session_id, action_id=action.action_id,
+        base_action_id=base, action_type=action.type,
+        target=action.target_spec.model_dump(mode="json") if action.target_spec else None,
+        parameters=dict(action.parameters), success=report.success, error=report.error,
+        warning=report.warning, retry_count=r.retry_budget.get(base, 0),
+        actual_position=report.actual_position, screenshot_after=_image(report.screenshot_after))
+
+
+def _image(data: bytes | None) -> bytes | None:
+    """A screenshot the detector can read; anything else is left out (signal A then has
+    nothing to compare, B and C still work) rather than refused with the whole step."""
+    return data if data is not None and data.startswith(IMAGE_MAGIC) else None
+
+
+def resolution(answer: Message | None) -> dict[str, Any]:
+    """The monitor resolution to dispatch with: the router's, else the composite (the
+    event CONSULT_MISSED carries the error)."""
+    if isinstance(answer, MonitorResolution):
+        return answer.model_dump(mode="json")
+    why = "router_unavailable" if answer is None else "router_refused"
+    return COMPOSITE.model_copy(update={"reason": why}).model_dump(mode="json")
+
+
+def pause_payload(answer: Message | None, action: Action, config: DispatcherConfig,
+                  ) -> tuple[rules.PauseCause, list[SafetyCheck]]:
+    """The pause at a pause_for_human: the safety_checks actor's payload, or the fallback.
+
+    The fallback is what that actor would answer with no model: the declared checks; with
+    ``RPA_SAFETY_CHECKS_LLM_FAIL_MODE=closed`` and a model expected, the same required
+    check it adds when the model fails.
+    """
+    if isinstance(answer, PausePayload):
+        detail = {"safety_level": answer.safety_level, "llm_status": answer.llm_status,
+                  "llm": None if answer.llm is None else answer.llm.model_dump(mode="json"),
+                  "checks": len(answer.checks), "source": "safety_checks"}
+        return rules.PauseCause(answer.pause_reason, answer.message, detail), answer.checks
+    checks = declared_checks(action)
+    if (config.llm_enabled and config.llm_fail_closed
+            and safety_level(action) == "medical_critical"):
+        checks.append(llm_unavailable_check("safety_checks_unavailable"))
+    cause = rules.human_pause(action, checks)
+    cause.detail["source"] = "dispatcher_fallback"
+    return cause, checks
+
+
+def loop_pause(answer: Message | None) -> rules.PauseCause | None:
+    """The pause a loop verdict asks for, if any."""
+    if not isinstance(answer, LoopVerdict) or not answer.detected:
+        return None
+    return rules.PauseCause(LOOP_DETECTED, answer.pause_message(), {
+        "signal": answer.signal, "reason": answer.reason, "evidence": answer.evidence})

@@ -1,0 +1,47 @@
+"""The dispatcher's settings from the environment: which actors it consults, how long it waits.
+
+The switches keep the spec's names (``RPA_LOOP_DETECTOR_ENABLED``, ``RPA_SAFETY_CHECKS_*``,
+read by the same classes as the actors that own them); routing has no switch in the spec,
+ours is ``LEA_DISPATCHER_ROUTE_ENABLED``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from actors.dispatcher.state import DispatcherConfig
+from actors.safety_checks.core import SafetyChecksConfig
+
+PAYLOAD_MARGIN_S = 2.0
+"""Beyond the model's own timeout: the safety_checks actor answers within it plus its work."""
+
+
+class LoopSwitch(BaseSettings):
+    """``RPA_LOOP_DETECTOR_ENABLED`` (spec/01 §5.5) and how long a verdict may take."""
+
+    model_config = SettingsConfigDict(env_prefix="RPA_LOOP_DETECTOR_", frozen=True)
+
+    enabled: bool = True
+    timeout_s: float = Field(2.0, gt=0, le=60)
+
+
+class ConsultSettings(BaseSettings):
+    """``LEA_DISPATCHER_*``: the monitor router consultation."""
+
+    model_config = SettingsConfigDict(env_prefix="LEA_DISPATCHER_", frozen=True)
+
+    route_enabled: bool = True
+    route_timeout_s: float = Field(1.0, gt=0, le=60)
+    safety_checks_enabled: bool = True
+
+
+def config_from_env() -> DispatcherConfig:
+    """The core's configuration as the environment sets it (every consultation on)."""
+    loop, consult, safety = LoopSwitch(), ConsultSettings(), SafetyChecksConfig()
+    return DispatcherConfig(
+        loop_detector=loop.enabled, loop_timeout_s=loop.timeout_s,
+        monitor_router=consult.route_enabled, route_timeout_s=consult.route_timeout_s,
+        safety_checks=consult.safety_checks_enabled,
+        payload_timeout_s=safety.llm_timeout_s + PAYLOAD_MARGIN_S,
+        llm_enabled=safety.llm_enabled, llm_fail_closed=safety.llm_fail_mode == "closed")

@@ -1,0 +1,73 @@
+"""An attempt runs only if it is the one in flight when the agent is about to act.
+
+A dispatch can wait in a frozen agent's socket while the system moves on: the replay is
+cancelled, or the watchdog resends the step under a new attempt. When the agent wakes, it
+claims the attempt from the dispatcher before any input (messages.dispatch.ClaimAttempt)
+and a copy that is no longer current never runs. Without claims, the cancelled click of the
+first test is performed.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from messages.replay import CancelReplay, ReplayCancelled
+from tests.conftest import Spawn, wait_until
+from tests.integration.system import System, clicks, workflow
+from tests.integration.transport_checks import agent_log, wait_ready
+
+Env = dict[str, str]
+
+
+def test_a_copy_of_a_cancelled_replay_never_runs(spawn: Spawn, lea_env: Env,
+                                                 tmp_path: Path) -> None:
+    system = System(spawn, lea_env, tmp_path, {"LEA_BEACON_TIMEOUT_S": "60"})
+    agent = system.agent("c1")
+    wait_ready(system, agent)
+    agent.kill(signal.SIGSTOP)  # still registered: the dispatch reaches its socket
+    rid = system.start(workflow(*clicks(2)), "c1")
+    system.wait_inflight(rid)
+    reply = system.call("dispatcher", CancelReplay(replay_id=rid, operator="test"))
+    assert isinstance(reply, ReplayCancelled)
+    agent.kill(signal.SIGCONT)
+    wait_until(lambda: "the dispatcher says not_current" in agent_log(agent), timeout=30)
+    assert agent.executed("s0") == 0 and agent.effects() == []
+
+
+def test_a_resent_step_runs_once_under_the_attempt_in_flight(spawn: Spawn, lea_env: Env,
+                                                             tmp_path: Path) -> None:
+    """The agent is frozen with s0's first copy in its socket; the watchdog resends it
+    (orphan timeout 3 s). On waking the agent holds two copies: the first is refused, the
+    current one runs, once."""
+    system = System(spawn, lea_env, tmp_path, {
+        "LEA_BEACON_TIMEOUT_S": "60", "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "3",
+        "RPA_WATCHDOG_SCAN_INTERVAL_S": "0.5", "RPA_WATCHDOG_MAX_RESENDS": "5"})
+    agent = system.agent("c2")
+    wait_ready(system, agent)
+    agent.kill(signal.SIGSTOP)
+    rid = system.start(workflow(*clicks(2)), "c2")
+    first = system.wait_inflight(rid)
+    wait_until(lambda: (e := system.inflight_of(rid)) is not None
+               and e.attempt_id != first.attempt_id, timeout=30)
+    agent.kill(signal.SIGCONT)
+    system.wait_status(rid, "completed", timeout=60)
+    assert agent.executed("s0") == 1 and agent.executed("s1") == 1
+    ran = [e["attempt_id"] for e in agent.effects() if e["action_id"] == "s0"]
+    assert ran != [first.attempt_id]  # the stale first copy was refused, a current one ran
+
+
+def test_a_reconnecting_agent_is_not_sent_what_it_holds(spawn: Spawn, lea_env: Env,
+                                                        tmp_path: Path) -> None:
+    """The broker is killed while s0 executes (4 s): the agent reconnects and its hello
+    names the attempt it holds, so the dispatcher keeps it instead of sending a copy."""
+    system = System(spawn, lea_env, tmp_path)
+    agent = system.agent("c3", {"actions": {"s0": {"delay_s": 4}}})
+    wait_ready(system, agent)
+    rid = system.start(workflow(*clicks(2)), "c3")
+    wait_until(lambda: "executing click s0" in agent_log(agent), timeout=20)
+    system.kill("broker")
+    wait_until(lambda: agent_log(agent).count("dispatcher answered hello") >= 2, timeout=30)
+    summary = system.wait_status(rid, "completed", timeout=60)
+    assert summary.counters.get("resent", 0) == 0, summary.counters
+    assert agent.executed("s0") == 1 and "re-delivered" not in agent_log(agent)

@@ -1,0 +1,96 @@
+"""The dispatcher's audit records: their audit-trail form, and the order they are sent in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.dispatcher.audit_sender import BATCH, AuditSender, audit_record, checked
+from actors.dispatcher.effects import AuditRecord, Effect
+from broker.client import CallFailed
+from messages.audit import AppendRecords, RecordsAcked, json_problem
+from messages.base import Message
+from messages.codec import Envelope
+
+
+def test_a_report_record_keeps_its_images_apart_and_its_data_plain_json() -> None:
+    effect = AuditRecord("report_received", {
+        "replay_id": "r1", "at": 12.5, "status": "accepted",
+        "report": {"action_id": "s1", "screenshot_before": b"\x89PNG1",
+                   "screenshot_after": b"\x89PNG2", "actual_position": (0.5, 0.25),
+                   "raw": b"\x00"}})
+    record = audit_record("store", 7, effect)
+    assert record.record_id == "dispatcher:store:7" and record.replay_id == "r1"
+    assert record.at == 12.5 and "at" not in record.data
+    assert record.screenshots == {"before": b"\x89PNG1", "after": b"\x89PNG2"}
+    assert "screenshot_before" not in record.data["report"]
+    assert record.data["report"]["actual_position"] == [0.5, 0.25]
+    assert json_problem(record.data) is None
+
+
+class Wire:
+    """Stands for audit_log: keeps the requests, answers when told."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[AppendRecords, Callable[..., None]]] = []
+
+    def call(self, service: str, message: Message, callback: Callable[..., None],
+             _timeout: float, _retries: int) -> str:
+        assert service == "audit_log" and isinstance(message, AppendRecords)
+        self.requests.append((message, callback))
+        return "id"
+
+    def ack(self, k: int = -1) -> None:
+        message, callback = self.requests[k]
+        callback(Envelope("x", RecordsAcked(record_ids=[r.record_id for r in message.records])),
+                 None)
+
+    def fail(self, k: int = -1) -> None:
+        self.requests[k][1](None, CallFailed("timeout", "no reply"))
+
+
+def test_rows_go_only_once_acknowledged_and_a_failure_sends_them_again() -> None:
+    rows: list[tuple[int, Effect]] = [
+        (i, AuditRecord("action_dispatched", {"replay_id": "r", "at": float(i)}))
+        for i in range(1, BATCH + 11)]
+    acked: list[int] = []
+    wire = Wire()
+
+    def pending(after: int, limit: int) -> list[tuple[int, Any]]:
+        return [r for r in rows if r[0] > after and r[0] not in acked][:limit]
+
+    sender = AuditSender("s", pending, wire.call, acked.extend)
+    sender.tick(0.0)
+    sender.tick(0.0)  # one batch at a time
+    assert len(wire.requests) == 1 and len(wire.requests[0][0].records) == BATCH
+    wire.fail()
+    sender.tick(0.5)  # not before the retry delay
+    assert len(wire.requests) == 1 and acked == []
+    sender.tick(2.0)
+    assert [r.record_id for r in wire.requests[1][0].records] == [
+        r.record_id for r in wire.requests[0][0].records]  # the same records, again
+    wire.ack()  # acked: the next batch goes at once
+    assert acked == list(range(1, BATCH + 1)) and len(wire.requests) == 3
+    wire.ack()
+    assert acked == list(range(1, BATCH + 11)) and sender.sent == BATCH + 10
+
+
+def test_a_record_audit_log_would_always_refuse_is_sent_as_record_refused() -> None:
+    record = audit_record("s", 3, AuditRecord("report_received", {
+        "replay_id": "r", "at": 1.0, "text": "x" * (300 * 1024)}))
+    stand_in, _size = checked(record)
+    assert (stand_in.record_id, stand_in.kind) == (record.record_id, "record_refused")
+    assert stand_in.data["code"] == "data_too_large"
+    assert checked(audit_record("s", 4, AuditRecord("k", {"at": 1.0})))[0].kind == "k"
+
+
+def test_a_batch_is_bounded_by_bytes() -> None:
+    image = b"\x89PNG" + b"\x00" * (3 * 1024 * 1024)
+    rows: list[tuple[int, Effect]] = [
+        (i, AuditRecord("report_received", {"replay_id": "r", "at": 1.0, "report": {
+            "screenshot_after": image}})) for i in range(1, 6)]
+    wire = Wire()
+    sender = AuditSender("s", lambda after, n: [r for r in rows if r[0] > after][:n],
+                         wire.call, lambda _ids: None)
+    sender.tick(0.0)
+    assert len(wire.requests[0][0].records) == 2  # 2 x 3 MiB; a third would pass 8 MiB

@@ -1,0 +1,248 @@
+"""The dispatcher core's consultations (route, payload, loop), claims and agent hellos."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from actors.dispatcher.consult import LOOP_DETECTED
+from actors.dispatcher.effects import Consult, Decision, Notify, TrackInFlight
+from actors.dispatcher.state import DispatcherConfig
+from actors.watchdog.core import WatchdogConfig, WatchdogCore
+from messages import events
+from messages.dispatch import ActionProgress, AgentHello, ClaimAttempt, ClaimReply
+from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
+from messages.monitor import MonitorResolution, ResolveMonitor
+from messages.replay import Ack, PauseReplay, SafetyCheck
+from messages.safety import LLM_UNAVAILABLE_CHECK_ID, BuildPausePayload, PausePayload
+from tests.unit.test_dispatcher_core import H, act, event, of, sent, topics, wf
+
+ALL = DispatcherConfig(loop_detector=True, monitor_router=True, safety_checks=True)
+SCREEN2 = MonitorResolution(idx=1, offset_x=1920, offset_y=0, w=1280, h=1024, source="action")
+PNG = b"\x89PNG\r\n\x1a\n..."
+CHECKS = [{"id": "patient", "label": "Bon patient", "required": True},
+          {"id": "dose", "label": "Bonne dose", "required": False}]
+
+
+def consults(d: Decision) -> list[Consult]:
+    return of(d, Consult)
+
+
+def answer(h: H, rid: str, reply: object, error: str | None = None) -> Decision:
+    """Answer the replay's pending consultation."""
+    a = h.replay(rid).awaiting
+    assert a is not None, f"{rid} awaits nothing"
+    return h.do(h.core.consulted(rid, a.token, reply, error, h.now))  # type: ignore[arg-type]
+
+
+def test_a_screen_action_waits_for_its_monitor_then_carries_it() -> None:
+    h = H(DispatcherConfig(monitor_router=True))
+    rid, d = h.start(wf(act("s1")))
+    (c,) = consults(d)
+    assert c.service == "monitor_router" and isinstance(c.message, ResolveMonitor)
+    assert c.message.machine_id == "m1" and c.message.action_id == "s1"
+    assert sent(d) == [] and h.status(rid).current_action_id is None
+    d = answer(h, rid, SCREEN2)
+    (dispatch,) = sent(d)
+    assert dispatch.monitor_resolution == SCREEN2
+    assert event(d, events.ACTION_DISPATCHED)["monitor_resolution"]["idx"] == 1
+    # A resend carries the same resolution.
+    (again,) = sent(h.resend(rid))
+    assert again.monitor_resolution == SCREEN2 and again.attempt_id != dispatch.attempt_id
+
+
+def test_no_router_answer_dispatches_on_the_composite_and_says_so() -> None:
+    h = H(DispatcherConfig(monitor_router=True))
+    rid, _ = h.start(wf(act("s1")))
+    d = answer(h, rid, None, "timeout: no reply")
+    (dispatch,) = sent(d)
+    assert dispatch.monitor_resolution is not None
+    assert (dispatch.monitor_resolution.source, dispatch.monitor_resolution.reason) == (
+        "composite_fallback", "router_unavailable")
+    assert event(d, events.CONSULT_MISSED)["kind"] == "route"
+
+
+def test_waits_and_pauses_are_not_routed() -> None:
+    h = H(DispatcherConfig(monitor_router=True))
+    _, d = h.start(wf(act("w", "wait")))
+    assert consults(d) == [] and len(sent(d)) == 1
+
+
+def test_a_stale_answer_changes_nothing() -> None:
+    h = H(DispatcherConfig(monitor_router=True))
+    rid, _ = h.start(wf(act("s1")))
+    d = h.do(h.core.consulted(rid, "not-the-token", SCREEN2, None, h.now))
+    assert d.reply == Ack(status="stale") and d.effects == [] and not d.changed
+    assert h.replay(rid).awaiting is not None
+
+
+def test_an_operator_pause_while_routing_puts_the_action_back_and_resume_asks_again() -> None:
+    h = H(DispatcherConfig(monitor_router=True))
+    rid, _ = h.start(wf(act("s1"), act("s2")))
+    token = h.replay(rid).awaiting.token  # type: ignore[union-attr]
+    h.do(h.core.pause(rid, "operator", "stop", h.now))
+    assert h.status(rid).queue_head == ["s1", "s2"]
+    assert h.do(h.core.consulted(rid, token, SCREEN2, None, h.now)).effects == []
+    d = h.resume(rid)
+    (c,) = consults(d)
+    assert isinstance(c.message, ResolveMonitor) and c.message.action_id == "s1"
+
+
+def test_pause_for_human_asks_safety_checks_then_pauses_with_its_checklist() -> None:
+    h = H(DispatcherConfig(safety_checks=True))
+    rid, d = h.start(wf(act("p", "pause_for_human", message="Vérifiez",
+                            safety_level="medical_critical", safety_checks=CHECKS), "s2"))
+    (c,) = consults(d)
+    assert c.service == "safety_checks" and isinstance(c.message, BuildPausePayload)
+    assert c.message.action.action_id == "p" and h.status(rid).status == "running"
+    llm = SafetyCheck(id="llm_1", label="Allergie", required=False, source="llm_contextual",
+                      evidence="bandeau rouge")
+    payload = PausePayload(checks=[SafetyCheck(id="patient", label="Bon patient"), llm],
+                           message="Vérifiez", llm_status="ok")
+    d = answer(h, rid, payload)
+    s = h.status(rid)
+    assert (s.status, s.pause_reason, s.pause_message) == ("paused_need_help", "user_request",
+                                                           "Vérifiez")
+    assert [c.id for c in s.safety_checks] == ["patient", "llm_1"]
+    assert h.resume(rid, ["llm_1"]).reply.detail["missing"] == ["patient"]  # type: ignore[attr-defined]
+    assert sent(h.resume(rid, ["patient"]))[0].action.action_id == "s2"
+
+
+def test_without_an_answer_the_declared_checks_are_used_and_closed_mode_adds_one() -> None:
+    pause = act("p", "pause_for_human", safety_level="medical_critical", safety_checks=CHECKS)
+    for closed, expected in ((False, ["patient", "dose"]),
+                             (True, ["patient", "dose", LLM_UNAVAILABLE_CHECK_ID])):
+        h = H(replace(ALL, loop_detector=False, llm_enabled=True, llm_fail_closed=closed))
+        rid, _ = h.start(wf(pause))
+        d = answer(h, rid, None, "timeout")
+        assert [c.id for c in h.status(rid).safety_checks] == expected
+        assert event(d, events.CONSULT_MISSED)["kind"] == "payload"
+        assert event(d, events.SAFETY_CHECKS_LLM_FAILED)["cause"] == "safety_checks_unavailable"
+        assert event(d, events.SAFETY_CHECKS_GENERATED)["count"] == len(expected)
+
+
+def test_loop_verdict_comes_before_the_next_dispatch() -> None:
+    h = H(DispatcherConfig(loop_detector=True))
+    rid, _ = h.start(wf(act("s1"), act("s2")))
+    d = h.report(rid, screenshot_after=PNG)
+    (c,) = consults(d)
+    assert isinstance(c.message, ObserveStep) and c.message.screenshot_after == PNG
+    assert c.message.base_action_id == "s1" and sent(d) == []
+    d = answer(h, rid, LoopVerdict(detected=False))
+    assert [m.action.action_id for m in sent(d)] == ["s2"]
+    # The last report completes the replay: no verdict to wait for, the rings are freed.
+    d = h.report(rid)
+    assert h.status(rid).status == "completed" and consults(d) == []
+    assert [type(n.message) for n in of(d, Notify)] == [ForgetReplay]
+
+
+def test_a_loop_verdict_pauses_with_the_signal_and_its_evidence() -> None:
+    h = H(DispatcherConfig(loop_detector=True))
+    rid, _ = h.start(wf("s1", "s2"))
+    h.report(rid)
+    d = answer(h, rid, LoopVerdict(detected=True, reason="same click", signal="action_repeat",
+                                   evidence={"repeats": 3}))
+    s = h.status(rid)
+    assert (s.status, s.pause_reason) == ("paused_need_help", LOOP_DETECTED)
+    assert s.pause_message == "Léa semble bloquée — action_repeat (repeats=3)"
+    assert event(d, events.LOOP_DETECTED)["signal"] == "action_repeat"
+    assert sent(d) == []
+    assert [m.action.action_id for m in sent(h.resume(rid))] == ["s2"]
+
+
+def test_a_screenshot_the_detector_cannot_read_is_left_out_not_fatal() -> None:
+    h = H(DispatcherConfig(loop_detector=True))
+    rid, _ = h.start(wf("s1", "s2"))
+    (c,) = consults(h.report(rid, screenshot_after=b"not an image"))
+    assert isinstance(c.message, ObserveStep) and c.message.screenshot_after is None
+
+
+def test_no_verdict_in_time_lets_the_replay_go_on_with_an_event() -> None:
+    h = H(DispatcherConfig(loop_detector=True))
+    rid, _ = h.start(wf("s1", "s2"))
+    h.report(rid)
+    d = answer(h, rid, None, "timeout")
+    assert [m.action.action_id for m in sent(d)] == ["s2"]
+    assert events.LOOP_CHECK_MISSED in topics(d)
+
+
+def test_recovery_asks_a_pending_route_again_and_skips_a_lost_verdict() -> None:
+    h = H(DispatcherConfig(monitor_router=True))
+    rid, _ = h.start(wf(act("s1")))
+    h2 = H(DispatcherConfig(monitor_router=True), state=h.core.state, first_id=100)
+    (c,) = consults(h2.do(h2.core.recover(h2.now)))
+    assert isinstance(c.message, ResolveMonitor) and c.message.action_id == "s1"
+    h = H(DispatcherConfig(loop_detector=True))
+    rid, _ = h.start(wf("s1", "s2"))
+    h.report(rid)
+    h2 = H(DispatcherConfig(loop_detector=True), state=h.core.state, first_id=100)
+    assert [m.action.action_id for m in sent(h2.do(h2.core.recover(h2.now)))] == ["s2"]
+
+
+def test_cancel_while_waiting_purges_everything() -> None:
+    h = H(ALL)
+    rid, _ = h.start(wf("s1", "s2"))
+    d = h.cancel(rid)
+    assert h.replay(rid).awaiting is None and h.status(rid).queue_length == 0
+    assert [type(n.message) for n in of(d, Notify)] == [ForgetReplay]
+
+
+def test_only_the_attempt_in_flight_may_be_claimed() -> None:
+    h = H()
+    rid, _ = h.start(wf("s1", "s2"))
+    first = h.cur(rid).attempt_id
+
+    def claim(attempt: str, machine: str = "m1", action: str = "s1") -> ClaimReply:
+        reply = h.core.claim(ClaimAttempt(replay_id=rid, machine_id=machine, action_id=action,
+                                          attempt_id=attempt), machine, h.now).reply
+        assert isinstance(reply, ClaimReply)
+        return reply
+
+    assert claim(first).granted and h.cur(rid).claimed
+    assert claim(first, machine="m2") == ClaimReply(granted=False, reason="wrong_machine")
+    h.resend(rid)
+    assert claim(first) == ClaimReply(granted=False, reason="not_current")
+    assert claim(h.cur(rid).attempt_id).granted
+    h.cancel(rid)
+    assert not claim(first).granted
+
+
+def test_a_hello_naming_the_attempt_it_holds_gets_no_copy() -> None:
+    h = H()
+    rid, _ = h.start(wf("s1"))
+    held = h.cur(rid).attempt_id
+    d = h.do(h.core.agent_hello(AgentHello(machine_id="m1", instance_id="i", pid=1,
+                                           holding=[held]), h.now))
+    assert sent(d) == [] and d.reply.detail == {"resent": [], "kept": ["s1"]}  # type: ignore[attr-defined]
+    d = h.hello()
+    assert [m.action.action_id for m in sent(d)] == ["s1"]
+
+
+def test_a_pause_request_message_is_still_answered_while_waiting() -> None:
+    h = H(ALL)
+    rid, _ = h.start(wf("s1"))
+    d = h.do(h.core.pause(rid, "operator", "stop", h.now))
+    assert isinstance(d.reply, Ack) and PauseReplay  # the core's answer, no consultation left
+    assert h.replay(rid).awaiting is None
+
+
+def test_an_action_waiting_for_a_person_gets_the_watchdogs_patience() -> None:
+    h = H()
+    rid, _ = h.start(wf(act("g", "verify_screen"), "s2"))
+    e = h.cur(rid)
+
+    def progress(attempt: str, machine: str = "m1") -> Decision:
+        return h.do(h.core.progress(ActionProgress(
+            replay_id=rid, machine_id=machine, action_id="g", attempt_id=attempt,
+            state="awaiting_human_correction", hold_s=150.0), machine, h.now))
+
+    d = progress(e.attempt_id)
+    (track,) = of(d, TrackInFlight)
+    assert track.entry.patience_s == 150.0 and track.entry.attempt_id == e.attempt_id
+    assert h.status(rid).current_action_state == "awaiting_human_correction"
+    assert event(d, events.ACTION_PROGRESS)["hold_s"] == 150.0
+    assert progress("old").reply == Ack(status="stale")
+    assert progress(e.attempt_id, machine="m2").reply.code == "wrong_machine"  # type: ignore[attr-defined]
+    watchdog = WatchdogCore(WatchdogConfig(orphan_timeout_s=45.0))
+    watchdog.track(track.entry, now=0.0)
+    assert watchdog.scan(now=100.0) == []  # within 45 + 150 s
+    assert len(watchdog.scan(now=196.0)) == 1

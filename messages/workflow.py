@@ -147,12 +147,26 @@ class Action(_Strict):
         return self.type in CRITICAL_TYPES
 
 
+class SetupSpec(_Strict):
+    """Open the application the workflow needs first, through the Start menu, with the
+    guarded chain of spec/04 (messages/setup_chain.py): the dispatcher puts those steps in
+    front of the workflow's own when the replay starts."""
+
+    app_name: str = Field(min_length=1, max_length=200)
+    search_mode: Literal["click_then_type", "direct_typing"] = "click_then_type"
+    source_window_title: str | None = Field(None, max_length=500)
+    app_window_titles: list[str] | None = Field(None, max_length=20)
+    language: Literal["fr", "en"] = "fr"
+    monitor_index: int | None = None
+
+
 class Workflow(_Strict):
     """A named, ordered list of actions; action ids are unique."""
 
     workflow_id: str = Field(pattern=ACTION_ID.pattern)
     name: str = ""
     description: str = ""
+    setup: SetupSpec | None = None  # steps generated before the actions (spec/04)
     actions: list[Action] = Field(min_length=1, max_length=10_000)
 
     @model_validator(mode="after")

@@ -67,6 +67,7 @@ from messages.replay import (
     SafetyCheck,
     StartReplay,
 )
+from messages.setup_chain import with_setup
 
 
 class DispatcherCore(WatchdogInputs):
@@ -76,7 +77,13 @@ class DispatcherCore(WatchdogInputs):
 
     def start(self, msg: StartReplay, now: float) -> Decision:
         """A new replay of ``msg.workflow``; dispatches its first action if the session is free."""
-        problems = rules.workflow_problems(msg.workflow.actions)
+        try:
+            workflow = with_setup(msg.workflow)
+        except ValueError as exc:
+            return Decision(ErrorReply(code="invalid_workflow", message=(
+                "the setup chain cannot be put in front of this workflow"),
+                detail={"problems": [str(exc)[:500]]}))
+        problems = rules.workflow_problems(workflow.actions)
         if problems:  # refused whole: a suffixed id must never collide with another step
             return Decision(ErrorReply(code="invalid_workflow", message=(
                 "workflow step ids cannot take retry/resume suffixes"),
@@ -87,7 +94,7 @@ class DispatcherCore(WatchdogInputs):
         if replay_id in self.replays:
             raise ValueError(f"new_id returned an existing replay id {replay_id!r}")
         r = ReplayState(replay_id=replay_id, session_id=msg.session_id or self._new_id(),
-                        machine_id=msg.machine_id, workflow=msg.workflow, mode=msg.mode,
+                        machine_id=msg.machine_id, workflow=workflow, mode=msg.mode,
                         operator=msg.operator, seq=self.state.next_seq, created_at=now,
                         updated_at=now)
         self.state.next_seq += 1
@@ -95,8 +102,9 @@ class DispatcherCore(WatchdogInputs):
         tx.touch(r)
         owner = self._owner(r.session_id)
         waiting_for = owner.replay_id if owner is not None and owner is not r else None
-        info = {**who(r), "workflow_id": msg.workflow.workflow_id, "mode": msg.mode,
-                "total": r.total, "operator": msg.operator, "waiting_for": waiting_for}
+        info = {**who(r), "workflow_id": workflow.workflow_id, "mode": msg.mode,
+                "total": r.total, "operator": msg.operator, "waiting_for": waiting_for,
+                "setup_steps": len(workflow.actions) - len(msg.workflow.actions)}
         tx.event(events.REPLAY_STARTED, **info)
         tx.audit("replay_started", **info)
         self._advance(r, tx)

@@ -188,6 +188,7 @@ class ReplayState:
             queue_length=self.queue_len(), queue_head=self.queue_head(),
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
+            checks_acknowledged=self.checks_acknowledged,
             created_at=self.created_at, updated_at=self.updated_at)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.setup_chain import Targets, setup_actions
+from messages.setup_chain import Targets, setup_actions
 from messages.workflow import Workflow
 
 CANONICAL = [
@@ -95,3 +95,30 @@ def test_anchor_targets_fall_back_to_their_position() -> None:
 def test_bad_arguments_are_refused(kwargs: dict) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError):
         setup_actions(**kwargs)
+
+
+def test_a_workflow_with_setup_starts_with_the_guarded_chain() -> None:
+    from actors.dispatcher.core import DispatcherCore
+    from actors.dispatcher.state import DispatcherConfig
+    from messages.control import ErrorReply
+    from messages.replay import StartReplay
+    from messages.setup_chain import with_setup
+    from messages.workflow import Workflow
+
+    own = {"action_id": "s1", "type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}}
+    wf = Workflow.model_validate({"workflow_id": "w", "setup": {"app_name": "Bloc-notes"},
+                                  "actions": [own]})
+    expanded = with_setup(wf)
+    assert expanded.actions[0].action_id == "act_setup_click_start_menu"
+    assert expanded.actions[-1].action_id == "s1" and len(expanded.actions) == 13
+    assert expanded.setup is None and with_setup(expanded) == expanded
+    ids = iter(f"id{i}" for i in range(100))
+    core = DispatcherCore(DispatcherConfig(), lambda: next(ids))
+    d = core.start(StartReplay(workflow=wf, machine_id="m1"), 0.0)
+    (r,) = core.replays.values()
+    assert r.total == 13 and r.inflight is not None
+    assert r.inflight.action.action_id == "act_setup_click_start_menu"
+    clash = wf.model_copy(update={"actions": [wf.actions[0].model_copy(
+        update={"action_id": "act_setup_type_app_name"})]})
+    d = core.start(StartReplay(workflow=clash, machine_id="m1"), 0.0)
+    assert isinstance(d.reply, ErrorReply) and d.reply.code == "invalid_workflow"

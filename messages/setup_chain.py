@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from messages.workflow import Action
+from messages.workflow import Action, Workflow
 
 SearchMode = Literal["click_then_type", "direct_typing"]
 
@@ -133,3 +133,21 @@ def setup_actions(app_name: str, search_mode: SearchMode = "click_then_type",
             "intention": f"setup: {name.replace('_', ' ')}", "monitor_index": monitor_index,
             **step}))
     return actions
+
+
+def with_setup(workflow: Workflow) -> Workflow:
+    """``workflow`` with its setup chain in front of its actions (none without ``setup``).
+
+    Raises ValueError (a pydantic ValidationError) if a generated id is taken by one of
+    the workflow's own steps.
+    """
+    spec = workflow.setup
+    if spec is None:
+        return workflow
+    chain = setup_actions(spec.app_name, spec.search_mode, spec.source_window_title,
+                          spec.app_window_titles, monitor_index=spec.monitor_index,
+                          language=spec.language)
+    # Validated anew: ids stay unique across the chain and the workflow's own steps.
+    return Workflow.model_validate({
+        **workflow.model_dump(mode="json", exclude={"setup", "actions"}),
+        "actions": [a.model_dump(mode="json") for a in (*chain, *workflow.actions)]})

@@ -20,7 +20,7 @@ from cli.ollama_stub import OllamaStub
 from cli.workflow_cmd import load_workflow
 from tests.conftest import Spawn, wait_until
 from tests.integration.probes import cli, ready_agent
-from tests.integration.system import System
+from tests.integration.system import System, clicks, workflow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "admission_note.json"
 PAUSED = "paused_need_help"
@@ -86,3 +86,25 @@ def test_acknowledged_ids_operator_and_time_are_stored_and_audited(
     assert isinstance(data, dict)
     assert data["acknowledged_check_ids"] == ["chk_identity", "chk_note", "llm_2"]
     assert data["operator"] == "Dr Martin" and isinstance(record["at"], float)
+
+
+def test_a_pause_without_the_new_fields_behaves_as_before(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    """Backward compatibility: a plain pause_for_human pauses with its message and no
+    checks, resumes with no acknowledgement, and is skipped in autonomous mode; no request
+    reaches the model (nothing is medical_critical)."""
+    with OllamaStub("good") as stub:
+        system = System(spawn, lea_env, tmp_path, {"OLLAMA_URL": stub.url})
+        ready_agent(system, "M1")
+        plain = {"type": "pause_for_human", "parameters": {"message": "Appelez le médecin"}}
+        wf = workflow(*clicks(1), plain, *clicks(1))
+        rid = system.start(wf, "M1")
+        s = system.wait_status(rid, PAUSED)
+        assert (s.pause_reason, s.pause_message, s.safety_checks) == (
+            "user_request", "Appelez le médecin", [])
+        assert resume(system, rid).returncode == 0
+        assert system.wait_status(rid, "completed").completed_actions == 3
+        auto = system.start(wf, "M1", mode="autonomous")
+        done = system.wait_status(auto, "completed")
+        assert done.counters.get("skipped") == 1 and done.counters.get("pauses", 0) == 0
+        assert stub.received() == []

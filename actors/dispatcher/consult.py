@@ -72,8 +72,21 @@ def observe_request(r: ReplayState, entry: InFlightEntry, report: ActionReport) 
         base_action_id=base, action_type=action.type,
         target=action.target_spec.model_dump(mode="json") if action.target_spec else None,
         parameters=dict(action.parameters), success=report.success, error=report.error,
-        warning=report.warning, retry_count=r.retry_budget.get(base, 0),
+        warning=report.warning, retry_count=_retries_done(r, base, report.success),
         actual_position=report.actual_position, screenshot_after=_image(report.screenshot_after))
+
+
+def _retries_done(r: ReplayState, base: str, success: bool) -> int:
+    """Retries of the step run since its last resume, the one just reported included.
+
+    A failure consulted about has just had its next retry scheduled (the budget counts it):
+    that one has not run. So with the defaults (3 and 3) the detector's retry_threshold
+    would fire on the report of the third retry, where the dispatcher has already paused
+    with the more precise target_not_found (spec/03 case e); it is the safety net of a
+    larger MAX_RETRIES_PER_ACTION.
+    """
+    scheduled = r.retry_budget.get(base, 0)
+    return scheduled if success else max(0, scheduled - 1)
 
 
 def _image(data: bytes | None) -> bytes | None:

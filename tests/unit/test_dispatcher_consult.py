@@ -246,3 +246,17 @@ def test_an_action_waiting_for_a_person_gets_the_watchdogs_patience() -> None:
     watchdog.track(track.entry, now=0.0)
     assert watchdog.scan(now=100.0) == []  # within 45 + 150 s
     assert len(watchdog.scan(now=196.0)) == 1
+
+
+def test_the_detector_counts_retries_run_so_the_dispatchers_pause_comes_first() -> None:
+    h = H(DispatcherConfig(loop_detector=True))
+    rid, _ = h.start(wf("s1", "s2"))
+    counts = []
+    for _ in range(3):
+        (c,) = consults(h.report(rid, success=False, error="target_not_found"))
+        assert isinstance(c.message, ObserveStep)
+        counts.append(c.message.retry_count)
+        answer(h, rid, LoopVerdict(detected=False))
+    assert counts == [0, 1, 2]
+    d = h.report(rid, success=False, error="target_not_found")  # s1_retry3 fails
+    assert consults(d) == [] and h.status(rid).pause_reason == "target_not_found"

@@ -59,15 +59,20 @@ def test_a_resent_step_runs_once_under_the_attempt_in_flight(spawn: Spawn, lea_e
 
 def test_a_reconnecting_agent_is_not_sent_what_it_holds(spawn: Spawn, lea_env: Env,
                                                         tmp_path: Path) -> None:
-    """The broker is killed while s0 executes (4 s): the agent reconnects and its hello
-    names the attempt it holds, so the dispatcher keeps it instead of sending a copy."""
-    system = System(spawn, lea_env, tmp_path)
-    agent = system.agent("c3", {"actions": {"s0": {"delay_s": 4}}})
+    """The broker is killed while s0 executes (8 s): the agent reconnects and its hello
+    names the attempt it holds, so the dispatcher keeps it instead of sending a copy.
+    (A step dispatched after the hello was built may still be re-sent by it: harmless, the
+    ledger answers; only s0, held all along, is checked. The watchdog is slow here: its
+    resends are not what is tested.)"""
+    system = System(spawn, lea_env, tmp_path, {"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60"})
+    agent = system.agent("c3", {"actions": {"s0": {"delay_s": 8}}})
     wait_ready(system, agent)
     rid = system.start(workflow(*clicks(2)), "c3")
     wait_until(lambda: "executing click s0" in agent_log(agent), timeout=20)
     system.kill("broker")
     wait_until(lambda: agent_log(agent).count("dispatcher answered hello") >= 2, timeout=30)
-    summary = system.wait_status(rid, "completed", timeout=60)
-    assert summary.counters.get("resent", 0) == 0, summary.counters
-    assert agent.executed("s0") == 1 and "re-delivered" not in agent_log(agent)
+    assert "s0 done" not in agent_log(agent)  # the hello came while s0 was held
+    system.wait_status(rid, "completed", timeout=60)
+    log = agent_log(agent)
+    assert agent.executed("s0") == 1 and "s0 re-delivered" not in log
+    assert "s0 already handled" not in log

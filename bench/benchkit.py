@@ -161,6 +161,8 @@ class Tree:
             LEA_HEARTBEAT_INTERVAL_MS=str(heartbeat_ms),
             # The recovery bench kills the dispatcher repeatedly: not a crash loop to stop.
             LEA_RESTART_INTENSITY="50",
+            # No web console: it is nobody's step cost, and its port is fixed.
+            LEA_CONSOLE_PORT="0",
             PYTHONPATH=str(ROOT),
             PYTHONUNBUFFERED="1",
         )

@@ -1,0 +1,191 @@
+"""Did the screen make progress? One replay's recent frames, judged tile by tile.
+
+What changes on a screen whatever the agent does (a clock, a blinking caret, a spinner, a
+notification counter) keeps changing in the same few places. What an agent's step changes
+lands in new places: characters typed appear further right at each step, a tick or a new
+row appears once. A transition (the screen after one step against the screen after the
+step before) is *progress* when:
+
+- a tile (8x8 screen pixels) changed for the first time within the remembered transitions
+  (``memory``, 16): a blinking caret, a clock digit, a counter change their tiles for the
+  first time once, then never count again while remembered; and that tile is not in a
+  *hot* block (40x40 screen pixels) that changed at two of the three transitions before:
+  a spinner or a seconds display light up new tiles of their block for a while, each of
+  them once, inside a block that changes all the time; or
+- a large area (≥ 1 % of the tiles) changed to content that no frame of the ring showed
+  there: a list scrolled, a new screen. Many tiles at once are not a clock; going back to
+  a state already seen (a dialog opened and closed over and over) is no progress. The
+  tiles of such a new area start afresh: typing into a dialog just opened is progress.
+
+Each transition is judged when it arrives, from what came before it only: a step's
+progress is never taken back by what the screen does later.
+
+A clock's minute digit changes once a minute, a counter now and then: such a change counts
+as progress, which can delay a pause by a few steps, never cause one. The cost of the rule:
+a step whose only change is in place of an earlier one (a "+" button's counter, a field
+retyped over its old text, one more character in a block being typed into) is not
+progress; three such steps in a row look like a stuck screen.
+
+Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
+of their transitions, a 16-bit register per tile and an 8-bit one per block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from actors.loop_detector.pixel import (
+    DEFAULT_PIXEL,
+    Frame,
+    PixelParams,
+    tile_difference,
+    tile_max,
+)
+
+Mask = npt.NDArray[np.bool_]
+
+_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+"""Set bits of each byte (numpy < 2 has no bitwise_count)."""
+
+
+def _popcount8(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    counted: npt.NDArray[np.uint8] = _BITS[values]
+    return counted
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryParams:
+    memory: int = 16
+    """Transitions remembered per tile; at most 16 (a uint16 register per tile)."""
+    block: int = 5
+    """Block side in tiles (40 screen pixels at 1920x1080)."""
+    hot_changes: int = 2
+    """A block is hot when it changed at this many of the ``hot_window`` transitions before."""
+    hot_window: int = 3
+    big_fraction: float = 0.01
+    """A change to new content over this fraction of the tiles is progress anyway."""
+    big_min: int = 12
+
+
+DEFAULT_HISTORY = HistoryParams()
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    serial: int
+    changed: Mask
+    progress: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """Why the recent transitions are (not) progress."""
+
+    static_run: int
+    """Most recent transitions in a row without progress."""
+    ignored_tiles: int
+    """Tiles that changed during that run (each had changed before: clocks, carets...)."""
+
+
+class ScreenHistory:
+    """The frames after a replay's recent steps and what changed between them."""
+
+    def __init__(self, ring_size: int, pixel: PixelParams = DEFAULT_PIXEL,
+                 params: HistoryParams = DEFAULT_HISTORY) -> None:
+        if ring_size < 2:
+            raise ValueError("a screen history needs at least two frames")
+        if not 1 <= params.memory <= 16 or not 1 <= params.hot_window <= 8:
+            raise ValueError("memory must be within 1..16 transitions, hot_window 1..8")
+        self.pixel = pixel
+        self.params = params
+        self.frames: deque[Frame] = deque(maxlen=ring_size)
+        self.transitions: deque[Transition] = deque(maxlen=ring_size - 1)
+        self._changes: npt.NDArray[np.uint16] | None = None  # bit i: changed i transitions ago
+        self._blocks: npt.NDArray[np.uint8] | None = None  # the same, per block
+        self._seen = 0  # transitions since the last reset
+        self._serial = 0
+        self._cut = 0  # transitions up to this serial no longer count toward a static run
+
+    @property
+    def captures(self) -> int:
+        """Frames in the ring since the last reset or cut."""
+        after_cut = sum(1 for t in self.transitions if t.serial > self._cut)
+        return min(len(self.frames), after_cut + 1)
+
+    def reset(self) -> None:
+        """Forget everything (another screen size, or the embedder failed)."""
+        self.frames.clear()
+        self.transitions.clear()
+        self._changes = self._blocks = None
+        self._seen = 0
+
+    def cut(self) -> None:
+        """Start a new run: what happened so far no longer counts toward a static run (after
+        a pause), while the tiles' activity is kept (a clock is still a clock)."""
+        self._cut = self._serial
+
+    def push(self, frame: Frame) -> int | None:
+        """Add the frame after a step; the serial of the transition it makes, if any."""
+        if self.frames and self.frames[-1].shape != frame.shape:
+            self.reset()  # another resolution or monitor: nothing to compare with
+        if not self.frames:
+            self.frames.append(frame)
+            return None
+        level = self.pixel.level
+        p = self.params
+        changed: Mask = tile_difference(self.frames[-1], frame, self.pixel) > level
+        if self._changes is None or self._blocks is None:
+            self._changes = np.zeros(changed.shape, np.uint16)
+            blocks = tile_max(changed.view(np.uint8), p.block)
+            self._blocks = np.zeros(blocks.shape, np.uint8)
+        window = np.uint16((1 << min(self._seen, p.memory)) - 1)
+        fresh = (self._changes & window) == 0
+        first = changed & fresh
+        block_changed = tile_max(changed.view(np.uint8), p.block).astype(bool)
+        hot = _popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
+        cool = np.repeat(np.repeat(~hot, p.block, axis=0), p.block,
+                         axis=1)[:changed.shape[0], :changed.shape[1]]
+        progress = bool((first & cool).any())
+        renewed = False
+        big = max(p.big_min, math.ceil(p.big_fraction * changed.size))
+        if int(np.count_nonzero(changed)) >= big:
+            novel = changed.copy()
+            for older in list(self.frames)[:-1]:
+                novel &= tile_difference(older, frame, self.pixel) > level
+            renewed = int(np.count_nonzero(novel)) >= big
+            progress = progress or renewed
+        # A uint16 shift drops the oldest bit: the register remembers 16 transitions.
+        changes = ((self._changes << 1) | changed).astype(np.uint16)
+        blocks = ((self._blocks << 1) | block_changed).astype(np.uint8)
+        if renewed:
+            # A new screen or dialog: its tiles start afresh (typing into it is progress);
+            # not the hot blocks (a clock) that changed meanwhile.
+            changes[changed & cool] = 0
+            blocks[block_changed & ~hot] = 0
+        self._changes, self._blocks = changes, blocks
+        self._seen += 1
+        self._serial += 1
+        self.frames.append(frame)
+        self.transitions.append(Transition(self._serial, changed, progress))
+        return self._serial
+
+    def progressed(self, serial: int) -> bool | None:
+        """Whether transition ``serial`` was progress; None if it is no longer remembered."""
+        found = next((t for t in self.transitions if t.serial == serial), None)
+        return None if found is None else found.progress
+
+    def judge(self) -> Judgement:
+        """How many of the latest transitions (since the last cut), in a row, made no
+        progress."""
+        run, ignored = 0, None
+        for t in reversed(self.transitions):
+            if t.serial <= self._cut or t.progress:
+                break
+            run += 1
+            ignored = t.changed.copy() if ignored is None else ignored | t.changed
+        return Judgement(run, 0 if ignored is None else int(np.count_nonzero(ignored)))

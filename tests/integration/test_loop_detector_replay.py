@@ -1,0 +1,60 @@
+"""A looping agent is stopped; a working one never is (spec/02 Task 17, issue 5).
+
+The whole tree and a simulated agent: the dispatcher consults the loop detector after
+every report, before the next dispatch. An agent whose inputs change nothing (scenario
+``loop``) makes its replay pause ``loop_detected`` within the configured captures, with
+the signal and its evidence in the message; the same workflow on a screen that moves on
+completes with no pause, even with a clock ticking; the kill switch lets the loop run out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actors.loop_detector.config import LoopConfig
+from tests.conftest import Spawn
+from tests.integration.probes import ready_agent
+from tests.integration.system import System, workflow
+from tests.unit.test_loop_simulated import WORKFLOW
+
+Env = dict[str, str]
+PAUSED = "paused_need_help"
+N = LoopConfig().screen_static_n
+
+
+def steps(k: int) -> list[dict[str, Any]]:
+    """``k`` steps of a real-looking workflow (no three identical inputs in a row)."""
+    return [WORKFLOW[i % len(WORKFLOW)] for i in range(k)]
+
+
+def test_an_agent_whose_inputs_change_nothing_is_paused(spawn: Spawn, lea_env: Env,
+                                                        tmp_path: Path) -> None:
+    system = System(spawn, lea_env, tmp_path)
+    ready_agent(system, "L1", scenario={"default": {"loop": True},
+                                        "desktop": {"clock": True}})
+    rid = system.start(workflow(*steps(N + 6)), "L1")
+    s = system.wait_status(rid, PAUSED)
+    assert s.pause_reason == "loop_detected"
+    assert s.pause_message is not None
+    assert s.pause_message.startswith("Léa semble bloquée — screen_static (")
+    assert s.index <= N + 2  # stopped within the configured captures (N + 2 with a clock)
+    assert s.queue_length > 0  # before the end of the workflow
+
+
+def test_the_same_workflow_on_a_screen_that_moves_on_completes(spawn: Spawn, lea_env: Env,
+                                                               tmp_path: Path) -> None:
+    system = System(spawn, lea_env, tmp_path)
+    ready_agent(system, "L2", scenario={"desktop": {"clock": True}})
+    rid = system.start(workflow(*steps(N + 6)), "L2")
+    s = system.wait_status(rid, "completed", PAUSED)
+    assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0)
+
+
+def test_the_kill_switch_lets_a_looping_agent_run_out(spawn: Spawn, lea_env: Env,
+                                                      tmp_path: Path) -> None:
+    system = System(spawn, lea_env, tmp_path, {"RPA_LOOP_DETECTOR_ENABLED": "0"})
+    ready_agent(system, "L3", scenario={"default": {"loop": True}})
+    rid = system.start(workflow(*steps(N + 6)), "L3")
+    s = system.wait_status(rid, "completed", PAUSED)
+    assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0)

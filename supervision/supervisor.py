@@ -8,6 +8,10 @@ deadline passes: no polling, and an exit is handled as soon as the kernel report
 Stopping a child (tree shutdown, or a sibling's restart) is done synchronously, one child at a
 time (SIGTERM, then SIGKILL after its ``shutdown_timeout_s``), as OTP does: reverse start order
 is the guarantee, so the next child is not touched before the previous one is gone.
+
+With ``audit_outbox`` (the tree's supervisor), each start, exit and restart, and the tree's
+start and stop, is also an audit record (DESIGN.md §7), sent by supervision/audit_link.py
+whose socket is one more fd in the selector: nothing waits for audit_log or the broker.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import os
 import select
 import selectors
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -29,6 +34,9 @@ from loguru import logger
 from broker.bus import Publisher
 from broker.config import Settings, load_settings, settings_env
 from messages.events import ACTOR_EXITED, ACTOR_RESTARTED, ACTOR_STARTED
+from supervision import signals
+from supervision.audit_link import AuditLink
+from supervision.audit_outbox import AuditOutbox
 from supervision.child import Child, ChildSpec
 from supervision.liveness import BEAT_INTERVAL_S, Beacon
 from supervision.policy import (
@@ -45,7 +53,6 @@ from supervision.policy import (
 EventHook = Callable[[str, dict[str, Any]], None]
 """``on_event(topic, data)``: called for every event published (e.g. to write an audit record)."""
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _MAX_SLEEP_S = 1.0  # wake at least this often, should a wakeup ever be missed
 _KILL_WAIT_S = 10.0  # after SIGKILL, how long to wait for the kernel to let the process go
 _SPAWN_FAILED = 127  # the exit code reported for a child that could not even be spawned
@@ -60,7 +67,8 @@ class Supervisor:
                  settings: Settings | None = None,
                  publisher_endpoint: str | None = None,
                  on_event: EventHook | None = None,
-                 source: str = "supervisor") -> None:
+                 source: str = "supervisor",
+                 audit_outbox: Path | None = None) -> None:
         names = [spec.name for spec in children]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate child names: {names}")
@@ -69,6 +77,8 @@ class Supervisor:
         self.publisher_endpoint = publisher_endpoint or self.settings.bus_in_endpoint
         self.source = source
         self._on_event = on_event
+        self.audit_outbox = audit_outbox  # None: no audit records (a test's own tree)
+        self._audit: AuditLink | None = None
         # Children inherit our environment plus the settings we run with, so that settings
         # given to the supervisor on its command line reach every child.
         base_env = {**os.environ, **settings_env(self.settings)}
@@ -89,6 +99,12 @@ class Supervisor:
         shutdown; 1 when the restart intensity was exceeded or the tree could not start. Must
         be called from the main thread (it installs signal handlers, restored on return).
         """
+        try:  # no tree without its audit trail: a start that cannot be recorded is refused
+            outbox = None if self.audit_outbox is None else AuditOutbox(self.audit_outbox)
+        except (OSError, sqlite3.Error) as exc:
+            logger.error("supervisor: cannot open the audit outbox {}: {}", self.audit_outbox,
+                         exc)
+            return 1
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_r, False)
         os.set_blocking(self._wakeup_w, False)
@@ -98,15 +114,19 @@ class Supervisor:
         self._beacon = Beacon.from_env()
         ctx: zmq.Context[Any] = zmq.Context()
         self._publisher = Publisher(ctx, self.publisher_endpoint, self.source)
-        previous = self._install_signals()
+        if outbox is not None:
+            self._audit = AuditLink(ctx, self.settings.mdp_endpoint, outbox, self.source)
+            self._sel.register(self._audit.fileno(), selectors.EVENT_READ, self._audit)
+        previous = signals.install(self._wakeup_w, self._on_stop_signal)
         try:
             return self._run()
-        except BaseException:
+        except BaseException as exc:
             logger.exception("supervisor failed: stopping the tree")
+            self._record("tree_stopped", reason="supervisor_failed", error=repr(exc)[:500])
             self._stop_all()
             raise
         finally:
-            self._restore_signals(previous)
+            signals.restore(previous)
             for child in self._children:
                 self._unwatch(child)
             self._sel.close()
@@ -114,6 +134,9 @@ class Supervisor:
             os.close(self._wakeup_w)
             self._publisher.close()
             self._publisher = None
+            if self._audit is not None:  # what is not acknowledged waits for the next run
+                self._audit.close()
+                self._audit = None
             ctx.term()
 
     def stop(self) -> None:
@@ -133,6 +156,9 @@ class Supervisor:
         intensity = self.policy.intensity
         logger.info("supervisor: {} children, {}, at most {} restarts in {:g}s",
                     len(self._children), strategy, intensity.max_restarts, intensity.period_s)
+        self._record("tree_started", pid=os.getpid(), children=[c.name for c in self._children],
+                     strategy=strategy, max_restarts=intensity.max_restarts,
+                     period_s=intensity.period_s)
         for child in list(self._children):
             if self._stop_signal is not None:
                 break
@@ -140,12 +166,15 @@ class Supervisor:
                 self._start(child, time.monotonic())
             except (OSError, subprocess.SubprocessError) as exc:
                 logger.error("supervisor: cannot start {}: {}; stopping the tree", child.name, exc)
+                self._record("tree_stopped", reason="start_failed", name=child.name,
+                             error=str(exc)[:500])
                 self._stop_all()
                 return 1
         while True:
             if self._stop_signal is not None:
-                logger.info("supervisor: {} received, stopping the tree",
-                            signal_name(self._stop_signal) if self._stop_signal else "stop()")
+                how = signal_name(self._stop_signal) if self._stop_signal else "stop()"
+                logger.info("supervisor: {} received, stopping the tree", how)
+                self._record("tree_stopped", reason="stop_requested", signal=how)
                 self._stop_all()
                 logger.info("supervisor: tree stopped")
                 return 0
@@ -156,6 +185,8 @@ class Supervisor:
             if rc is not None:
                 return rc
             self._kill_hung(now)
+            if self._audit is not None:
+                self._audit.pump(now)
 
     def _sleep_time(self, now: float) -> float:
         """Until the earliest heartbeat deadline (a little after, so it has passed)."""
@@ -168,6 +199,8 @@ class Supervisor:
                 timeout = min(timeout, deadline - now + 0.01)
         if self._beacon.active:
             timeout = min(timeout, BEAT_INTERVAL_S)
+        if self._audit is not None and (wake := self._audit.wake_at()) is not None:
+            timeout = min(timeout, wake - now + 0.001)
         return max(0.0, timeout)
 
     def _wait(self, timeout: float) -> None:
@@ -177,8 +210,9 @@ class Supervisor:
         for key, _ in ready:
             if key.fd == self._wakeup_r:
                 self._drain_wakeup()
-            else:
+            elif isinstance(key.data, Child):
                 self._drain(key.data, now)
+            # else the audit link's socket: the loop pumps it after every wait
 
     def _drain(self, child: Child, now: float) -> None:
         if child.pipe is not None and not child.pipe.drain(now):
@@ -242,6 +276,10 @@ class Supervisor:
         if decision.verdict is Verdict.STOP_TREE:
             logger.error("supervisor: restart intensity exceeded ({}): stopping the tree and "
                          "giving up", decision.why)
+            intensity = self.policy.intensity
+            self._record("tree_stopped", reason="restart_intensity", why=decision.why,
+                         restarts_in_period=decision.restarts_in_period,
+                         max_restarts=intensity.max_restarts, period_s=intensity.period_s)
             self._stop_all()
             return 1
         logger.info("supervisor: restarting {} ({}; {} restarts in the last {:g}s)",
@@ -264,7 +302,8 @@ class Supervisor:
                 continue
             logger.info("supervisor: {} restarted (pid {}, was {})", name, pid, previous_pid)
             self._emit(ACTOR_RESTARTED, name=name, pid=pid, previous_pid=previous_pid,
-                       restarts_in_period=decision.restarts_in_period)
+                       why=decision.why, restarts_in_period=decision.restarts_in_period,
+                       restarts=child.starts - 1)
         return None
 
     def _child(self, name: str) -> Child:
@@ -361,6 +400,9 @@ class Supervisor:
                    signal=exit_.signal_name, reason=exit_.reason.value)
 
     def _emit(self, topic: str, **data: Any) -> None:
+        """A bus event, and the audit record of the same name (``lea:actor_exited`` →
+        ``actor_exited``) with the same data."""
+        self._record(topic.removeprefix("lea:"), **data)
         if self._publisher is not None:
             self._publisher.publish(topic, **data)
         if self._on_event is not None:
@@ -369,27 +411,11 @@ class Supervisor:
             except Exception:
                 logger.exception("supervisor: on_event hook failed for {}", topic)
 
-    def _install_signals(self) -> dict[int, Any]:
-        def on_stop(signum: int, _frame: FrameType | None) -> None:
-            if self._stop_signal is None:
-                self._stop_signal = signum
+    def _record(self, kind: str, **data: Any) -> None:
+        """An audit record (kept in the outbox until audit_log has it); never blocks."""
+        if self._audit is not None:
+            self._audit.record(kind, data)
 
-        def on_child(_signum: int, _frame: FrameType | None) -> None:
-            pass  # only here so that SIGCHLD writes to the wakeup fd
-
-        # Wakeup fd first, so that no signal between the two steps goes unnoticed.
-        previous: dict[int, Any] = {0: signal.set_wakeup_fd(self._wakeup_w,
-                                                            warn_on_full_buffer=False)}
-        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, on_child)
-        for signum in _STOP_SIGNALS:
-            if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
-                continue  # started under nohup: respect it
-            previous[signum] = signal.signal(signum, on_stop)
-        return previous
-
-    @staticmethod
-    def _restore_signals(previous: dict[int, Any]) -> None:
-        for signum, handler in previous.items():
-            if signum != 0 and handler is not None:
-                signal.signal(signum, handler)
-        signal.set_wakeup_fd(previous[0])
+    def _on_stop_signal(self, signum: int) -> None:
+        if self._stop_signal is None:
+            self._stop_signal = signum

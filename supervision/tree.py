@@ -1,4 +1,5 @@
-"""The tree ``python run.py`` starts: the broker first, then the six actors."""
+"""The tree ``python run.py`` starts: the broker first, then the six actors, then the
+supervisor console (a client of them all) unless ``console_port`` is 0."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from pathlib import Path
 from actors import ACTORS
 from broker.config import Settings
 from broker.logs import setup_logging
+from supervision.audit_outbox import DB_NAME as AUDIT_OUTBOX
 from supervision.child import ChildSpec
 from supervision.policy import RestartIntensity, Strategy
 from supervision.supervisor import Supervisor
 
+CONSOLE = "console"
+
 
 def child_argv(name: str) -> list[str]:
-    """The module arguments of the child ``name`` (``broker`` or an actor)."""
-    return ["-m", "broker"] if name == "broker" else ["-m", "actors", name]
+    """The module arguments of the child ``name`` (``broker``, an actor or ``console``)."""
+    if name in ("broker", CONSOLE):
+        return ["-m", name]
+    return ["-m", "actors", name]
 
 
 def child_pid(supervisor_pid: int, name: str) -> int | None:
@@ -43,7 +49,7 @@ def tree_specs(settings: Settings) -> list[ChildSpec]:
     return [ChildSpec(name, [sys.executable, *child_argv(name)],
                       shutdown_timeout_s=settings.shutdown_timeout_s,
                       beacon_timeout_s=settings.beacon_timeout_s)
-            for name in ("broker", *ACTORS)]
+            for name in ("broker", *ACTORS, *((CONSOLE,) if settings.console_port else ()))]
 
 
 def build_tree(settings: Settings) -> Supervisor:
@@ -52,6 +58,7 @@ def build_tree(settings: Settings) -> Supervisor:
         Strategy(settings.supervisor_strategy),
         RestartIntensity(settings.restart_intensity, settings.restart_period_s),
         settings,
+        audit_outbox=settings.data_dir / AUDIT_OUTBOX,
     )
 
 

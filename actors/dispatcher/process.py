@@ -4,20 +4,28 @@ For every request: decode, call the core, commit the changed replays and the eff
 nothing else would bring back (the outbox, store.OUTBOX_EFFECTS) in one SQLite transaction,
 reply, then perform the effects. A crash between commit and perform re-performs the pending
 outbox at start (receivers dedupe), and re-sends the in-flight actions with new attempt ids.
+
+Who sent a request (DESIGN.md §9): an agent that came in with CURVE is known by the identity
+the broker authenticated (``Incoming.identity``); it may only report, claim, tell progress and
+say hello, each for its own machine, and anything else it asks (a replay control command) is
+refused ``forbidden`` (agents report; people control). Every refusal is an audit record.
+Without CURVE (loopback, SSH tunnel) nothing tells peers apart: the body's ``machine_id``
+stands for the sender, and local peers are trusted operators.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 from loguru import logger
 
-from actors.base import Actor, Incoming
+from actors.audit_sender import AuditSender
+from actors.base import Actor, Incoming, MachineOf
 from actors.dispatcher import rules
-from actors.dispatcher.audit_sender import AuditSender
+from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.core import DispatcherCore
 from actors.dispatcher.effects import (
     AuditRecord,
@@ -31,14 +39,16 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
+from actors.dispatcher.engine import Tx
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
 from broker.client import CallFailed
 from broker.config import Settings
+from messages import events
 from messages.base import Message
 from messages.codec import Envelope, decode, encode
-from messages.control import ErrorReply
+from messages.control import ErrorReply, Ping
 from messages.dispatch import (
     ActionProgress,
     ActionReport,
@@ -76,10 +86,23 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _machine(msg: Any) -> str:
+    return str(msg.machine_id)
+
+
+# Named in an audit record of a refused request, when the request has them.
+_REFUSAL_FIELDS = ("replay_id", "machine_id", "action_id", "attempt_id", "operator")
+
+
 class DispatcherActor(Actor):
     """Owns replays, their queues and in-flight actions, and the state machine of spec/03."""
 
     service = "dispatcher"
+    # A report is let through whatever machine it names: the core refuses it and keeps it in
+    # the reports log (core.report). Control commands are not here: people control.
+    agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {
+        Ping: None, ActionReport: None, ClaimAttempt: _machine,
+        ActionProgress: _machine, AgentHello: _machine}
 
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         super().__init__(settings)
@@ -94,12 +117,13 @@ class DispatcherActor(Actor):
         self.handle(PauseReplay, self._once(self.operator_pause))
         self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
         self.handle(ActionReport, self.on_report)
-        # The transport sender is not authenticated yet: the body's machine_id stands for it.
+        # The authenticated sender if there is one (CURVE), else the body's machine_id.
         self.handle(ClaimAttempt,
-                    lambda m, _r: self.core.claim(m, m.machine_id, time.time()).reply)
+                    lambda m, r: self.core.claim(m, r.identity or m.machine_id,
+                                                 time.time()).reply)
         self.handle(ActionProgress,
-                    lambda m, _r: self._apply(self.core.progress(m, m.machine_id, time.time()),
-                                              durable=False))
+                    lambda m, r: self._apply(self.core.progress(m, r.identity or m.machine_id,
+                                                                time.time()), durable=False))
         self.handle(AgentHello,
                     lambda m, _r: self._apply(self.core.agent_hello(m, time.time())))
         self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
@@ -107,9 +131,9 @@ class DispatcherActor(Actor):
                     lambda m, _r: self._apply(self.core.orphan_resend(m, time.time())))
         self.handle(OrphanGiveUp,
                     lambda m, _r: self._apply(self.core.orphan_giveup(m, time.time())))
-        self.audit = AuditSender(self.store.store_id,
-                                 lambda after, n: self.store.pending_outbox(n, after),
-                                 self.call, lambda ids: self._sent.extend(ids))
+        # A lambda: self._sent is a new list after each commit.
+        self.audit = AuditSender(outbox_records(self.store), self.call,
+                                 lambda ids: self._sent.extend(ids), label=self.service)
         self.every(_FLUSH_SENT_S, lambda _now: self._flush_sent())
         self.every(_AUDIT_S, self.audit.tick)
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
@@ -133,15 +157,31 @@ class DispatcherActor(Actor):
         return self.core.pause(msg.replay_id, rules.OPERATOR, text, time.time(),
                                detail={"operator": msg.operator})
 
-    def on_report(self, msg: ActionReport, _req: Incoming) -> Message:
-        # The transport sender is not authenticated yet: the body's machine_id stands for it.
-        decision = self.core.report(msg, msg.machine_id, time.time())
-        # The hot path: a report whose replays run on or complete is committed without an
-        # fsync (store.py says why that loses nothing); one that pauses a replay is durable.
+    def on_report(self, msg: ActionReport, req: Incoming) -> Message:
+        # The authenticated sender if there is one (CURVE), else the body's machine_id.
+        sender = req.identity or msg.machine_id
+        decision = self.core.report(msg, sender, time.time())
+        if isinstance(decision.reply, ErrorReply):  # refused: recorded by the core
+            self.publish(events.SENDER_REFUSED, service=self.service, type=msg.type_name,
+                         identity=req.identity, sender_machine=sender, code=decision.reply.code,
+                         message=decision.reply.message)
+        return self._apply(decision, durable=not self._settled(decision))
+
+    def _settled(self, decision: Decision) -> bool:
+        """The hot path: a decision whose replays run on or complete is committed without an
+        fsync (store.py says why that loses nothing); one that pauses a replay is durable."""
         replays = self.core.replays
-        settled = all(replays[i].status in ("running", "completed")
-                      for i in decision.changed if i in replays)
-        return self._apply(decision, durable=not settled)
+        return all(replays[i].status in ("running", "completed")
+                   for i in decision.changed if i in replays)
+
+    def refuse_sender(self, msg: Message, req: Incoming, code: str, text: str) -> Message:
+        """As every actor does (log, ``lea:sender_refused``), and an audit record."""
+        reply = super().refuse_sender(msg, req, code, text)
+        tx = Tx(time.time())
+        tx.audit("request_refused", type=msg.type_name, code=code, identity=req.identity,
+                 message=text, **{k: getattr(msg, k) for k in _REFUSAL_FIELDS
+                                  if isinstance(getattr(msg, k, None), str)})
+        return self._apply(tx.done(reply))
 
     # The shell ------------------------------------------------------------------------------
 
@@ -225,8 +265,10 @@ class DispatcherActor(Actor):
             if isinstance(answer, ErrorReply):
                 error, answer = CallFailed(answer.code, answer.message), None
             why = None if error is None else str(error)
-            self._apply(self.core.consulted(consult.replay_id, consult.token, answer, why,
-                                            time.time()))
+            decision = self.core.consulted(consult.replay_id, consult.token, answer, why,
+                                           time.time())
+            # A verdict or a route lets the replay run on: the hot path, as a report is.
+            self._apply(decision, durable=not self._settled(decision))
 
         return callback
 

@@ -104,7 +104,8 @@ def test_show_export_and_prune_through_the_actor(spawn: Spawn, lea_env: dict[str
 
     shown = audit(lea_env, "show", "rp1")
     assert shown.returncode == 0, shown.stderr
-    timeline = shown.stdout.splitlines()[1:-1]  # between the header and the count
+    # Between the header and the count; indented lines belong to the record above them.
+    timeline = [line for line in shown.stdout.splitlines()[1:-1] if not line.startswith(" ")]
     assert [line.split()[3] for line in timeline] == [r.kind for r in records[:5]]
     assert "other" not in shown.stdout and "5 records" in shown.stdout
     assert "attempt abababab" in shown.stdout and "FAILED" in shown.stdout

@@ -1,14 +1,15 @@
-"""The dispatcher's audit records: their audit-trail form, and the order they are sent in."""
+"""Audit records on their way to audit_log: the dispatcher's records in their audit-trail form,
+and the shared sender (actors/audit_sender.py): order, one batch at a time, retries."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from actors.dispatcher.audit_sender import BATCH, AuditSender, audit_record, checked
-from actors.dispatcher.effects import AuditRecord, Effect
+from actors.audit_sender import BATCH, RETRY_S, AuditSender, checked
+from actors.dispatcher.audit_records import audit_record
+from actors.dispatcher.effects import AuditRecord
 from broker.client import CallFailed
-from messages.audit import AppendRecords, RecordsAcked, json_problem
+from messages.audit import AppendRecords, AuditRecordIn, RecordsAcked, json_problem
 from messages.base import Message
 from messages.codec import Envelope
 
@@ -49,30 +50,48 @@ class Wire:
         self.requests[k][1](None, CallFailed("timeout", "no reply"))
 
 
+def test_a_report_record_belongs_to_the_replay_its_report_names() -> None:
+    """As the core writes report_received: the replay id only inside the report."""
+    record = audit_record("s", 8, AuditRecord("report_received", {
+        "at": 1.0, "status": "accepted", "report": {"replay_id": "r7", "action_id": "s1"}}))
+    assert record.replay_id == "r7"
+
+
+def dispatched(store: str, i: int) -> AuditRecordIn:
+    return audit_record(store, i, AuditRecord("action_dispatched", {"replay_id": "r",
+                                                                    "at": float(i)}))
+
+
 def test_rows_go_only_once_acknowledged_and_a_failure_sends_them_again() -> None:
-    rows: list[tuple[int, Effect]] = [
-        (i, AuditRecord("action_dispatched", {"replay_id": "r", "at": float(i)}))
-        for i in range(1, BATCH + 11)]
+    rows = [(i, dispatched("s", i)) for i in range(1, BATCH + 11)]
     acked: list[int] = []
     wire = Wire()
+    clock = [0.0]
 
-    def pending(after: int, limit: int) -> list[tuple[int, Any]]:
+    def pending(after: int, limit: int) -> list[tuple[int, AuditRecordIn]]:
         return [r for r in rows if r[0] > after and r[0] not in acked][:limit]
 
-    sender = AuditSender("s", pending, wire.call, acked.extend)
+    sender = AuditSender(pending, wire.call, acked.extend, clock=lambda: clock[0])
     sender.tick(0.0)
     sender.tick(0.0)  # one batch at a time
     assert len(wire.requests) == 1 and len(wire.requests[0][0].records) == BATCH
+    clock[0] = 5.0  # the call timed out 5 s after it was sent
     wire.fail()
-    sender.tick(0.5)  # not before the retry delay
-    assert len(wire.requests) == 1 and acked == []
-    sender.tick(2.0)
+    sender.tick(5.0 + RETRY_S / 2)  # the retry delay counts from the failure
+    assert len(wire.requests) == 1 and acked == [] and sender.failures == 1
+    sender.tick(5.0 + RETRY_S)
     assert [r.record_id for r in wire.requests[1][0].records] == [
         r.record_id for r in wire.requests[0][0].records]  # the same records, again
     wire.ack()  # acked: the next batch goes at once
     assert acked == list(range(1, BATCH + 1)) and len(wire.requests) == 3
     wire.ack()
     assert acked == list(range(1, BATCH + 11)) and sender.sent == BATCH + 10
+    sender.tick(10.0)
+    assert len(wire.requests) == 3  # nothing left to send
+
+
+def test_a_dispatcher_outbox_row_is_a_record_named_by_store_and_row() -> None:
+    assert dispatched("store", 42).record_id == "dispatcher:store:42"
 
 
 def test_a_record_audit_log_would_always_refuse_is_sent_as_record_refused() -> None:
@@ -86,11 +105,11 @@ def test_a_record_audit_log_would_always_refuse_is_sent_as_record_refused() -> N
 
 def test_a_batch_is_bounded_by_bytes() -> None:
     image = b"\x89PNG" + b"\x00" * (3 * 1024 * 1024)
-    rows: list[tuple[int, Effect]] = [
-        (i, AuditRecord("report_received", {"replay_id": "r", "at": 1.0, "report": {
-            "screenshot_after": image}})) for i in range(1, 6)]
+    rows = [(i, audit_record("s", i, AuditRecord("report_received", {
+        "replay_id": "r", "at": 1.0, "report": {"screenshot_after": image}})))
+        for i in range(1, 6)]
     wire = Wire()
-    sender = AuditSender("s", lambda after, n: [r for r in rows if r[0] > after][:n],
+    sender = AuditSender(lambda after, n: [r for r in rows if r[0] > after][:n],
                          wire.call, lambda _ids: None)
     sender.tick(0.0)
     assert len(wire.requests[0][0].records) == 2  # 2 x 3 MiB; a third would pass 8 MiB

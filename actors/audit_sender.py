@@ -1,0 +1,153 @@
+"""A sender's audit records on their way to audit_log (DESIGN.md §8, issue 7: nothing lost).
+
+Shared by every sender that keeps its records in a durable outbox of its own (the dispatcher,
+the supervisor): the sender commits each record in its outbox first; :class:`AuditSender`
+reads the outbox in order, sends one batch at a time to ``audit_log`` and lets a row go only
+once audit_log has acknowledged it as durable. After a restart of either side the rows not
+acknowledged are sent again under the same ``record_id`` (``{source}:{store id}:{row id}``),
+which audit_log stores once.
+
+It never blocks: it is driven by ``tick(now)`` from the sender's loop and by the reply
+callback of a non-blocking MDP client call.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loguru import logger
+
+from broker.client import CallFailed
+from messages.audit import (
+    MAX_RECORDS_PER_APPEND,
+    AppendRecords,
+    AuditRecordIn,
+    RecordsAcked,
+    encode_record,
+)
+from messages.base import Message
+from messages.codec import Envelope
+
+SERVICE = "audit_log"
+BATCH = min(500, MAX_RECORDS_PER_APPEND)
+BATCH_BYTES = 8 * 1024 * 1024
+"""A batch stops growing past this much data and images: half the message size limit."""
+RETRY_S = 1.0
+"""After a failed batch, wait this long before sending again (audit_log may be restarting)."""
+CALL_TIMEOUT_S = 5.0
+"""One append of a full batch (fsync included) takes milliseconds; a batch lost with a killed
+audit_log is sent again after this."""
+
+Pending = Callable[[int, int], list[tuple[int, AuditRecordIn]]]
+"""``(after row id, limit) -> [(row id, record)]``: the outbox rows not acknowledged yet, in
+row order (the row id is part of the record id)."""
+Call = Callable[[str, Message, Callable[[Envelope[Message] | None, CallFailed | None], None],
+                 float, int], str]
+"""A non-blocking client call: ``(service, message, callback, timeout_s, retries)``."""
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` as plain JSON: bytes as ``{"base64": ...}``, tuples as lists, NaN as None,
+    anything else unknown as its ``str``."""
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain_json(v) for v in value]
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def checked(record: AuditRecordIn) -> tuple[AuditRecordIn, int]:
+    """``record``, or in its place (same id) a ``record_refused`` saying why audit_log would
+    refuse it every time (too large, not JSON): the trail shows the gap, and the records
+    behind it are not held up. Also its size in bytes, for batching."""
+    encoded = encode_record(record)
+    if isinstance(encoded, bytes):
+        return record, len(encoded) + sum(len(i) for i in record.screenshots.values())
+    logger.error("{}: audit record {} ({}) cannot be stored: {}", record.source,
+                 record.record_id, record.kind, encoded.message)
+    stand_in = AuditRecordIn(
+        record_id=record.record_id, source=record.source, kind="record_refused",
+        replay_id=record.replay_id, at=record.at,
+        data={"kind": record.kind, "code": encoded.code, "problem": encoded.message[:500]})
+    return stand_in, 1024
+
+
+class AuditSender:
+    """Sends committed audit records in outbox order, one batch at a time."""
+
+    def __init__(self, pending: Pending, call: Call, acked: Callable[[list[int]], None],
+                 label: str = "audit", clock: Callable[[], float] = time.monotonic) -> None:
+        self._pending = pending
+        self._clock = clock  # the clock of ``tick(now)``: a failure waits RETRY_S from then
+        self._call = call
+        self._acked = acked  # row ids audit_log has: the owner deletes them
+        self._label = label  # who sends, in log lines
+        self._cursor = 0  # every row up to here is acknowledged
+        self._busy = False
+        self._retry_at = 0.0
+        self._idle = False  # the last look found nothing to send (unknown at start)
+        self.sent = 0
+        self.failures = 0
+
+    @property
+    def busy(self) -> bool:
+        """A batch is on its way (its reply or its timeout will come)."""
+        return self._busy
+
+    def notify(self) -> None:
+        """New rows were committed: :meth:`due` says so until a tick has sent them."""
+        self._idle = False
+
+    def due(self) -> float | None:
+        """When :meth:`tick` has work (the ``now`` clock; maybe already past), for an owner
+        that sleeps until then; None while a batch is on its way (its reply or the client's
+        timeout wakes the owner) or nothing is left to send since the last :meth:`notify`."""
+        return None if self._busy or self._idle else self._retry_at
+
+    def tick(self, now: float) -> None:
+        """Send the next batch, unless one is on its way or a retry is not due."""
+        if self._busy or now < self._retry_at:
+            return
+        ids: list[int] = []
+        records: list[AuditRecordIn] = []
+        size = 0
+        for i, raw in self._pending(self._cursor, BATCH):
+            record, n = checked(raw)
+            if records and size + n > BATCH_BYTES:
+                break
+            ids.append(i)
+            records.append(record)
+            size += n
+        if not records:
+            self._idle = True
+            return
+        self._busy = True
+
+        def answered(reply: Envelope[Message] | None, error: CallFailed | None) -> None:
+            self._busy = False
+            if reply is not None and isinstance(reply.body, RecordsAcked):
+                self._done(ids)
+                self.tick(now)
+                return
+            why = error if error is not None else (reply.body if reply else None)
+            logger.warning("{}: audit_log did not take {} record(s): {}", self._label,
+                           len(ids), why)
+            self.failures += 1
+            self._retry_at = self._clock() + RETRY_S
+
+        self._call(SERVICE, AppendRecords(records=records), answered, CALL_TIMEOUT_S, 0)
+
+    def _done(self, ids: list[int]) -> None:
+        self._cursor = max(self._cursor, *ids)
+        self.sent += len(ids)
+        self._acked(ids)

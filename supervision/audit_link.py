@@ -1,0 +1,88 @@
+"""The supervisor's audit records on their way to audit_log, without ever blocking its loop.
+
+The supervisor commits each record in its outbox (supervision/audit_outbox.py), then this
+link sends the outbox through the broker with the shared :class:`AuditSender` (one batch in
+flight at a time, re-sent after a failure or a restart of either side) over a non-blocking
+MDP client. The broker and audit_log are children of the same supervisor: while either is
+down, the records wait in the outbox and the supervisor goes on supervising.
+
+The supervisor's loop sleeps in a selector, not a zmq poller: :meth:`AuditLink.fileno` is
+the client socket's ``ZMQ_FD``. That fd is edge-triggered, so :meth:`pump` always ends
+with a drain (read until EAGAIN): anything that arrives after it makes the fd readable again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import zmq
+from loguru import logger
+
+from actors.audit_sender import RETRY_S, AuditSender
+from broker.client import Client
+from supervision.audit_outbox import AuditOutbox
+
+
+class AuditLink:
+    """Records committed in ``outbox`` and sent to audit_log at ``endpoint`` (the broker)."""
+
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str, outbox: AuditOutbox,
+                 source: str) -> None:
+        self.outbox = outbox
+        self.source = source
+        self.client = Client(ctx, endpoint)
+        self.sender = AuditSender(outbox.pending, self.client.call, outbox.remove,
+                                  label=source)
+        self.lost = 0  # records that could not even be committed (disk full...)
+        self._hold_until = 0.0  # after an error of our own: not a busy loop on a bad disk
+
+    def fileno(self) -> int:
+        """Readable when the client socket may have a reply (edge-triggered: see above)."""
+        return int(self.client.socket.getsockopt(zmq.FD))
+
+    def record(self, kind: str, data: dict[str, Any], at: float | None = None) -> None:
+        """Commit one record for audit_log; never raises (supervising comes first). Records
+        that could not be committed are counted, and the trail says so (``records_lost``)
+        as soon as the outbox takes records again."""
+        at = time.time() if at is None else at
+        if self.lost and self._add("records_lost", {"count": self.lost}, at):
+            self.lost = 0
+        if not self._add(kind, data, at):
+            self.lost += 1
+        self.sender.notify()
+
+    def _add(self, kind: str, data: dict[str, Any], at: float) -> bool:
+        try:
+            self.outbox.add(self.source, kind, at, data)
+        except (sqlite3.Error, ValueError, TypeError) as exc:
+            logger.error("{}: audit record {} {} could not be kept: {}", self.source, kind,
+                         data, exc)
+            return False
+        return True
+
+    def wake_at(self) -> float | None:
+        """When :meth:`pump` has work (monotonic time), else None: a reply wakes the fd."""
+        due = self.sender.due()
+        times = [t for t in (self.client.next_deadline(),
+                             None if due is None else max(due, self._hold_until))
+                 if t is not None]
+        return min(times) if times else None
+
+    def pump(self, now: float) -> None:
+        """Time out calls, send what is due, read the replies (callbacks send the next
+        batch); never blocks."""
+        try:
+            self.client.tick(now)
+            due = self.sender.due()
+            if due is not None and max(due, self._hold_until) <= now:
+                self.sender.tick(now)
+            self.client.drain()
+        except (sqlite3.Error, zmq.ZMQError) as exc:
+            logger.error("{}: sending audit records failed: {}", self.source, exc)
+            self._hold_until = now + RETRY_S
+
+    def close(self) -> None:
+        self.client.close()
+        self.outbox.close()

@@ -1,0 +1,87 @@
+"""The supervisor's audit outbox: ``<data_dir>/supervisor.sqlite3`` (DESIGN.md §7, §8).
+
+Each start, exit and restart of a child is an audit record. audit_log is itself one of the
+children (and the broker another), so a record cannot wait for it: it is committed here first
+(WAL, ``synchronous=FULL``: it survives kill -9 of the supervisor and a power cut), and a row
+is deleted only once audit_log has acknowledged it as durable (supervision/audit_link.py).
+Rows left by a previous run are sent at the next start. Record ids are
+``{source}:{store id}:{row id}``; the store id is made once per database, and AUTOINCREMENT
+never reuses a row id, so an id names one record forever.
+
+No actor reads this database (§8): it is the supervisor's own.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from messages.audit import AuditRecordIn
+
+DB_NAME = "supervisor.sqlite3"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, kind TEXT NOT NULL,
+    at REAL NOT NULL, data TEXT NOT NULL);
+"""
+
+
+class AuditOutbox:
+    """Audit records not yet acknowledged by audit_log; one instance, one thread."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)",
+                         (uuid.uuid4().hex,))
+        (self.store_id,) = self._db.execute(
+            "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+
+    @classmethod
+    def in_dir(cls, data_dir: str | Path) -> AuditOutbox:
+        return cls(Path(data_dir) / DB_NAME)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def add(self, source: str, kind: str, at: float, data: dict[str, Any]) -> int:
+        """Commit one record; its row id. ``data`` must be JSON (ValueError/TypeError)."""
+        text = json.dumps(data, sort_keys=True, allow_nan=False)
+        cursor = self._db.execute("INSERT INTO outbox (source, kind, at, data) "
+                                  "VALUES (?, ?, ?, ?)", (source, kind, at, text))
+        row = cursor.lastrowid
+        assert row is not None
+        return row
+
+    def pending(self, after: int, limit: int) -> list[tuple[int, AuditRecordIn]]:
+        """Rows with an id above ``after``, oldest first, as audit records."""
+        rows = self._db.execute(
+            "SELECT id, source, kind, at, data FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
+            (after, limit)).fetchall()
+        return [(row, AuditRecordIn(record_id=f"{source}:{self.store_id}:{row}",
+                                    source=source, kind=kind, at=at, data=json.loads(data)))
+                for row, source, kind, at, data in rows]
+
+    def remove(self, ids: Iterable[int]) -> None:
+        """Forget rows audit_log has acknowledged (a crash before this only re-sends them,
+        which audit_log stores once)."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM outbox").fetchone()[0])

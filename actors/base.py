@@ -3,6 +3,12 @@
 An actor subclass names its ``service`` and registers handlers; the loop here only receives,
 decodes, calls the handler and replies. Bad input never escapes a handler: it becomes an
 :class:`~messages.ErrorReply` and a ``lea:bad_message`` event.
+
+Who may ask what (DESIGN.md §9): a peer of the plain loopback endpoint (an actor, the command
+line) is trusted. A peer the broker authenticated with CURVE is an agent, named by its
+identity (:attr:`Incoming.identity`); it may send only the types in
+:attr:`Actor.agent_requests`, and only for its own machine. Anything else is refused
+(``forbidden`` / ``wrong_machine``) with a ``lea:sender_refused`` event.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
@@ -22,8 +28,10 @@ import zmq
 from loguru import logger
 
 from broker.bus import Publisher
+from broker.bus_proxy import RateLimit
 from broker.client import Callback, Client
 from broker.config import Settings
+from broker.peer_id import identity_of
 from broker.worker import Request, Worker, answer
 from messages import events
 from messages.base import Message
@@ -36,13 +44,18 @@ M = TypeVar("M", bound=Message)
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """A request being served: its envelope id and the MDP address of the client."""
+    """A request being served: its envelope id, the MDP address of the client, and who sent
+    it: the identity the broker authenticated (CURVE, broker/peer_id.py), or None for a peer
+    of the plain loopback endpoint (a local actor or command line: trusted)."""
 
     id: str
     client: bytes
+    identity: str | None = None
 
 
 Handler = Callable[[Any, Incoming], Message]
+MachineOf = Callable[[Any], str]
+"""The machine a message speaks for (its ``machine_id``)."""
 
 
 class Deferred(Message, type_name="actor.deferred"):
@@ -64,6 +77,9 @@ class Actor:
 
     service: ClassVar[str] = ""
     deferred_workers: ClassVar[int] = 4  # threads for :meth:`defer` jobs
+    agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {Ping: None}
+    """What an authenticated peer (an agent) may send: each type with the machine its body
+    speaks for, which must be the sender's identity (None: no machine in it)."""
 
     def __init__(self, settings: Settings) -> None:
         if not self.service:
@@ -85,6 +101,7 @@ class Actor:
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._doorbell = f"inproc://deferred-{id(self)}"
         self._bell: zmq.Socket[bytes] | None = None  # rung by worker threads when done
+        self._refusal_log = RateLimit(2.0)  # a hostile peer must not flood the log
         self.handle(Ping, self.on_ping)
 
     # Registration -------------------------------------------------------------------------
@@ -199,13 +216,41 @@ class Actor:
                       self.settings.max_message_bytes, self._refused)
 
     def _dispatch(self, envelope: Envelope[Message], client: bytes) -> Message:
+        req = Incoming(envelope.id, client, identity_of(client))
+        if req.identity is not None:
+            refusal = self.authorize(envelope.body, req)
+            if refusal is not None:
+                return refusal
         handler = self._handlers.get(type(envelope.body))
         if handler is None:
             return ErrorReply(code="unsupported_type",
                               message=f"{self.service} does not handle {envelope.type!r}")
-        reply = handler(envelope.body, Incoming(envelope.id, client))
+        reply = handler(envelope.body, req)
         self._held = isinstance(reply, Deferred)
         return reply
+
+    def authorize(self, msg: Message, req: Incoming) -> Message | None:
+        """None if the authenticated sender of ``req`` may send ``msg``, else the refusal."""
+        identity = req.identity
+        if identity is None:
+            return None
+        if type(msg) not in self.agent_requests:
+            return self.refuse_sender(msg, req, "forbidden", (
+                f"{self.service} does not take {msg.type_name!r} from agent {identity!r}"))
+        machine_of = self.agent_requests[type(msg)]
+        claimed = machine_of(msg) if machine_of is not None else identity
+        if claimed != identity:
+            return self.refuse_sender(msg, req, "wrong_machine", (
+                f"agent {identity!r} cannot send {msg.type_name!r} for machine {claimed!r}"))
+        return None
+
+    def refuse_sender(self, msg: Message, req: Incoming, code: str, text: str) -> Message:
+        """Refuse ``msg`` for who sent it: an event, a (rate-limited) log line, the error."""
+        if self._refusal_log.allow(time.monotonic()):
+            logger.warning("{}: refused {}: {}", self.service, msg.type_name, text)
+        self.publish(events.SENDER_REFUSED, service=self.service, type=msg.type_name,
+                     identity=req.identity, code=code, message=text)
+        return ErrorReply(code=code, message=text, detail={"identity": req.identity})
 
     def _refused(self, reason: str, detail: str) -> None:
         self.publish(events.BAD_MESSAGE, service=self.service, reason=reason,
@@ -269,13 +314,18 @@ class Actor:
                 self.beacon.beat()
         finally:
             self.on_stop()
-            if self._pool is not None:  # running jobs end by themselves (their deadline)
-                self._pool.shutdown(wait=False, cancel_futures=True)
-            self.worker.close()
-            self.client.close()
-            self.bus.close()
-            for sock in self._extra:
-                sock.close(0)
-            self.ctx.term()
+            self.close()
         logger.info("{}: stopped", self.service)
         return 0
+
+    def close(self) -> None:
+        """Release the threads and sockets; :meth:`run` ends with it, and so must anyone who
+        calls :meth:`serve` in-process (tests)."""
+        if self._pool is not None:  # running jobs end by themselves (their deadline)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.worker.close()
+        self.client.close()
+        self.bus.close()
+        for sock in self._extra:
+            sock.close(0)
+        self.ctx.term()

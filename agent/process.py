@@ -49,6 +49,7 @@ from agent.screen.probe import probe_for
 from agent.serve import Intake
 from broker.client import Client
 from broker.config import Settings
+from broker.peer_id import identity_of
 from broker.worker import Request, Worker, answer
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode, new_id
@@ -148,10 +149,19 @@ class Agent:
 
     def _serve(self, request: Request) -> bytes:
         """The encoded reply to one request; never raises."""
-        return answer(request, self._dispatch, self.settings.max_message_bytes, self._refused)
+        sender = identity_of(request.client)
+        return answer(request, lambda envelope: self._dispatch(envelope, sender),
+                      self.settings.max_message_bytes, self._refused)
 
-    def _dispatch(self, envelope: Envelope[Message]) -> Message:
+    def _dispatch(self, envelope: Envelope[Message], sender: str | None = None) -> Message:
         body = envelope.body
+        if sender is not None and not isinstance(body, Ping):
+            # Actions and pauses come from the dispatcher, a local peer: never from another
+            # agent that came in with CURVE (broker/peer_id.py).
+            logger.warning("refused a {!r} request from agent {!r}", envelope.type, sender)
+            return ErrorReply(code="forbidden", message=(
+                f"{self.service} takes {envelope.type!r} from the dispatcher only, not from"
+                f" agent {sender!r}"), detail={"identity": sender})
         if isinstance(body, DispatchAction):
             return self.intake.on_dispatch(body)
         if isinstance(body, Ping):

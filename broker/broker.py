@@ -22,11 +22,11 @@ from loguru import logger
 from broker.bus_proxy import BATCH, BusProxy, RateLimit
 from broker.config import Settings, load_settings
 from broker.curve import CurveConfigError, CurveListener
-from broker.frames import poll_items, recv_frames, zmq_poll
+from broker.frames import poll_items, recv_frames, recv_message, zmq_poll
 from broker.logs import setup_logging
 from broker.majordomo import Majordomo
 from broker.monitor import SocketMonitor
-from messages.events import BAD_MESSAGE
+from messages.events import BAD_MESSAGE, WORKER_REFUSED
 from supervision.liveness import BEAT_INTERVAL_S, Beacon
 
 HWM = 100_000
@@ -46,7 +46,7 @@ class Broker:
         self.router: zmq.Socket[bytes] = self.ctx.socket(zmq.ROUTER)
         # Frames may carry a whole max-size body plus MDP framing.
         self.bus = BusProxy(self.ctx, settings.max_message_bytes + 64 * 1024)
-        self.mdp = Majordomo(self.router, settings, self._bad)
+        self.mdp = Majordomo(self.router, settings, self._bad, self._worker_refused)
         self._router_waiting = poll_items(self.router)
         self.monitors: list[SocketMonitor] = []
         self.curve: CurveListener | None = None  # with settings.curve (broker/curve.py)
@@ -76,6 +76,9 @@ class Broker:
         self.monitors = [SocketMonitor(r, "mdp"), SocketMonitor(self.bus.xsub, "bus_in")]
         _bind(r, self.settings.mdp_endpoint)
         if self.settings.curve:  # after the plain bind: CURVE options apply to later binds
+            # No peer may take over another's connection by claiming its routing id (ours
+            # never choose one: only a hand-made peer would, majordomo.py).
+            r.setsockopt(zmq.ROUTER_HANDOVER, 0)
             self.curve = CurveListener(self.ctx, r, self.settings.keys_path,
                                        self.settings.curve_endpoint, self._publish_peer,
                                        self.settings.mdp_endpoint)
@@ -210,13 +213,18 @@ class Broker:
     def _drain_router(self) -> bool:
         """Handle what the ROUTER holds, up to BATCH messages; True if it may hold more."""
         router, handle, waiting = self.router, self.mdp.handle, self._router_waiting
+        # With a CURVE listener the first frame goes along: its metadata names the sender.
+        with_sender = self.curve is not None
         for _ in range(BATCH):
             try:
-                frames = recv_frames(router)
+                if with_sender:
+                    frames, first = recv_message(router)
+                else:
+                    frames, first = recv_frames(router), None
             except zmq.Again:
                 return False
             try:
-                handle(frames)
+                handle(frames, first)
             except Exception:
                 # Input must never kill the broker: count, log (rate-limited), carry on.
                 self.errors += 1
@@ -237,6 +245,16 @@ class Broker:
             "frames": len(frames) - 1,
             "head": [f[:32].hex() for f in frames[1:5]],
         }, self._bad_limit, self.mdp.now)
+
+    def _worker_refused(self, peer: bytes, user_id: str, service: bytes, reason: str) -> None:
+        """An authenticated peer tried to serve another's service (majordomo.py)."""
+        if self._error_log_limit.allow(self.mdp.now):
+            logger.warning("broker: refused READY for {!r} from {}: {}",
+                           service.decode("ascii", "replace"), peer.hex(), reason)
+        self.bus.publish(WORKER_REFUSED, lambda: {
+            "peer": peer.hex(), "user_id": user_id,
+            "service": service.decode("ascii", "replace"), "reason": reason,
+        }, self._peer_limit, self.mdp.now)
 
     def _summary(self) -> None:
         """One line per window with what changed: a warning if input was rejected or peers

@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     curve: bool = False
     curve_endpoint: str = "tcp://0.0.0.0:5558"
     keys_dir: str = ""  # "" = <data_dir>/keys (see broker/curve.py for its layout)
+    # The supervisor console (console/): a web page on console_host:console_port (0 = no
+    # console). Beyond loopback it needs console_token (console/access.py says why and how).
+    console_host: str = "127.0.0.1"
+    console_port: int = Field(8765, ge=0, le=65535)
+    console_token: str = Field("", max_length=512)
 
     @property
     def heartbeat_interval_s(self) -> float:

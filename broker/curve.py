@@ -139,7 +139,11 @@ class AllowList:
             except CurveConfigError as exc:
                 problems.append(str(exc))
                 continue
-            keys[z85.decode(public)] = name.removesuffix(".key")
+            agent = name.removesuffix(".key")
+            if not agent:  # it becomes the User-Id: an empty one would name nobody
+                problems.append(f"{self.directory / name}: the file name must name the agent")
+                continue
+            keys[z85.decode(public)] = agent
         self._keys, self.problems = keys, problems
         return True
 

@@ -5,6 +5,9 @@
 ``SocketOption`` enum on every call. Measured in thread CPU time for a 6-frame message:
 send 7.4 -> 1.3 us, receive 5.8 -> 3.3 us; readiness check 3.4 us (a ``zmq.Again``) -> 0.9 us.
 All are non-blocking and raise ``zmq.ZMQError`` (``zmq.Again``: nothing waiting / queue full).
+
+With CURVE on, :func:`recv_message` also returns the first frame, whose metadata says who
+sent it (:func:`user_id`): a ZAP User-Id exists only for a connection of the CURVE listener.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import zmq
 from zmq.backend import Socket as _Raw
 from zmq.backend import zmq_poll
 
-__all__ = ["PollItems", "poll_items", "recv_frames", "send_frames", "zmq_poll"]
+__all__ = ["PollItems", "poll_items", "recv_frames", "recv_message", "send_frames", "user_id",
+           "zmq_poll"]
 
 _send = _Raw.send
 _recv = _Raw.recv
@@ -41,6 +45,27 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
         frame = _recv(sock, _NOBLOCK, False)
         frames.append(frame.bytes)
     return frames
+
+
+def recv_message(sock: zmq.Socket[Any]) -> tuple[list[bytes], zmq.Frame]:
+    """:func:`recv_frames`, and the first frame, for its metadata (:func:`user_id`)."""
+    first = frame = _recv(sock, _NOBLOCK, False)
+    frames = [frame.bytes]
+    while frame.more:
+        frame = _recv(sock, _NOBLOCK, False)
+        frames.append(frame.bytes)
+    return frames, first
+
+
+def user_id(frame: zmq.Frame) -> str | None:
+    """The ZAP User-Id of the connection ``frame`` came on; None if it has none (a peer of
+    the plain endpoint: ZAP never saw it). About 0.7 us with one, 5 us without (the error
+    libzmq returns costs an exception): asked only of REQUEST and READY."""
+    try:
+        value = frame.get("User-Id")
+    except zmq.ZMQError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 PollItems = list[tuple[zmq.Socket[Any], int]]

@@ -3,11 +3,28 @@
 It owns no loop: the broker feeds it every message the ROUTER received (:meth:`handle`) and
 calls :meth:`tick` every heartbeat interval. The message path does dict lookups and deque
 moves and never decodes a body.
+
+Authorization (DESIGN.md §9), when the broker has a CURVE listener and so hands ``handle``
+the first frame of each message (its metadata names the sender):
+
+- a peer authenticated as ``M`` (its ZAP User-Id) may be a worker of ``agent.M`` only: a READY
+  for any other service (another machine's, or an actor's) is answered DISCONNECT, as RFC 18
+  does for a command it will not take, and reported (``refused``);
+- the address a worker is given for a client carries the client's identity
+  (:mod:`broker.peer_id`), so that the dispatcher knows who sent a report; the broker maps a
+  reply back to the client's routing id itself (it keeps it with the request);
+- that address does not show the client's routing id, but a keyed hash of it: an agent
+  (a worker) that learnt the routing ids of the dispatcher's sockets could claim one of them
+  when it connects, and libzmq would either hand it that connection (ROUTER_HANDOVER, which
+  is off with CURVE for that reason) or abort the broker on a collision with the next
+  routing id it generates (an assertion in libzmq 4.3.5, measured).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +33,7 @@ import zmq
 from loguru import logger
 
 from broker.config import Settings
-from broker.frames import send_frames
+from broker.frames import send_frames, user_id
 from broker.mdp import (
     C_FINAL,
     C_PARTIAL,
@@ -33,11 +50,18 @@ from broker.mdp import (
     WORKER,
     valid_service_name,
 )
+from broker.peer_id import TAG, client_address
 
 MAX_QUEUE = 100_000  # requests waiting per service; past it new ones are dropped
 
-Request = tuple[bytes, list[bytes], float]  # client address, body frames, queued at
+# The client address given to the worker (broker.peer_id), body frames, queued at, and the
+# client's routing id.
+Request = tuple[bytes, list[bytes], float, bytes]
 Report = Callable[[list[bytes], str], None]  # (frames, reason) of a dropped message
+# (routing id, authenticated identity, service, reason) of a READY that was refused.
+Refused = Callable[[bytes, str, bytes, str], None]
+AGENT_PREFIX = b"agent."
+MAX_MASKS = 100_000  # clients whose masked address is kept; then the cache starts again
 
 
 class Service:
@@ -68,9 +92,11 @@ class Worker:
 class Majordomo:
     """Routes requests to workers of a service over ``router``; ``report`` hears of bad input."""
 
-    def __init__(self, router: zmq.Socket[Any], settings: Settings, report: Report) -> None:
+    def __init__(self, router: zmq.Socket[Any], settings: Settings, report: Report,
+                 refused: Refused | None = None) -> None:
         self.router = router
         self.report = report
+        self.refused = refused
         self.worker_ttl = settings.heartbeat_expiry_s
         self.request_expiry_s = settings.request_expiry_s
         self.max_body = settings.max_message_bytes
@@ -78,11 +104,14 @@ class Majordomo:
         self.workers: dict[bytes, Worker] = {}
         self.stats = dict.fromkeys(
             ("undeliverable", "workers_lost", "workers_expired", "requests_expired",
-             "requests_requeued", "queue_full"), 0)
+             "requests_requeued", "queue_full", "workers_refused"), 0)
         self.now = 0.0  # set by the loop once per wake-up: one clock read per batch
+        self._mask_key = os.urandom(16)
+        self._masks: dict[bytes, bytes] = {}  # routing id -> what workers see of it
 
-    def handle(self, frames: list[bytes]) -> None:
-        """One message as the ROUTER received it (identity frame first)."""
+    def handle(self, frames: list[bytes], first: zmq.Frame | None = None) -> None:
+        """One message as the ROUTER received it (identity frame first); ``first``, its first
+        frame, when the sender may be authenticated (a CURVE listener exists)."""
         n = len(frames)
         if n < 3:
             self.report(frames, "too few frames")
@@ -112,15 +141,22 @@ class Majordomo:
             if len(service.requests) >= MAX_QUEUE:
                 self.stats["queue_full"] += 1
                 return
-            service.requests.append((frames[0], body, self.now))
+            routing = frames[0]
+            if first is not None:
+                address = client_address(self._masked(routing), user_id(first))
+            elif routing.startswith(TAG):
+                address = client_address(routing, None)
+            else:
+                address = routing
+            service.requests.append((address, body, self.now, routing))
             if service.waiting:
                 self._assign(service)
         elif header == WORKER:
-            self._handle_worker(frames, n)
+            self._handle_worker(frames, n, first)
         else:
             self.report(frames, "unknown protocol header")
 
-    def _handle_worker(self, frames: list[bytes], n: int) -> None:
+    def _handle_worker(self, frames: list[bytes], n: int, first: zmq.Frame | None) -> None:
         identity, command = frames[0], frames[2]
         worker = self.workers.get(identity)
         if command in (W_FINAL, W_PARTIAL):
@@ -150,8 +186,8 @@ class Majordomo:
                 # only make another worker produce the same oversized reply.
                 self.report(frames, "reply body too large")
                 return
-            self._send_quiet([client, CLIENT, C_FINAL if final else C_PARTIAL, service.name,
-                              *body])
+            self._send_quiet([request[3], CLIENT, C_FINAL if final else C_PARTIAL,
+                              service.name, *body])
         elif command == W_HEARTBEAT:
             if n != 3:
                 self._invalid(worker, frames, "HEARTBEAT takes no more frames")
@@ -165,6 +201,9 @@ class Majordomo:
                 self._invalid(worker, frames, "READY needs one service name (not mmi.*)")
             elif worker is not None:
                 self._unexpected(identity, frames, "second READY")
+            elif first is not None and (uid := user_id(first)) is not None and (
+                    name != AGENT_PREFIX + uid.encode()):
+                self._refuse(identity, uid, name)
             else:
                 self._register(identity, name)
         elif command == W_DISCONNECT:
@@ -188,6 +227,26 @@ class Majordomo:
         logger.debug("broker: worker {} ready for {!r}", identity.hex(), name)
         if service.requests:
             self._assign(service)
+
+    def _masked(self, routing: bytes) -> bytes:
+        """What workers see of a routing id: a keyed hash (module docstring), starting with
+        0x01 so that it is never taken for an address with an identity."""
+        masked = self._masks.get(routing)
+        if masked is None:
+            if len(self._masks) >= MAX_MASKS:
+                self._masks.clear()
+            masked = self._masks[routing] = b"\x01" + hashlib.blake2b(
+                routing, key=self._mask_key, digest_size=15).digest()
+        return masked
+
+    def _refuse(self, identity: bytes, uid: str, name: bytes) -> None:
+        """An authenticated peer asked to serve what is not its own ``agent.<uid>``."""
+        self.stats["workers_refused"] += 1
+        self._send_quiet([identity, WORKER, W_DISCONNECT])
+        reason = f"a peer authenticated as {uid!r} may only serve 'agent.{uid}'"
+        logger.debug("broker: READY for {!r} from {} refused: {}", name, identity.hex(), reason)
+        if self.refused is not None:
+            self.refused(identity, uid, name, reason)
 
     def _assign(self, service: Service) -> None:
         """Give queued requests to waiting workers: oldest request, least recently used."""

@@ -3,6 +3,11 @@
 Non-blocking and poll-driven, like the Guide's mdwrkapi but without owning the loop: the
 owner polls :attr:`Worker.socket`, calls :meth:`Worker.drain` when it is readable and
 :meth:`Worker.tick` at least every heartbeat interval.
+
+A broker that answers our READY with DISCONNECT at once (it refuses the service, e.g. an
+agent whose CURVE key is not that machine's) would make an immediate re-register a busy
+loop of handshakes: each such refusal in a row doubles the wait before the next READY, up to
+:data:`REFUSED_BACKOFF_MAX_S`, and is logged.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ from messages.codec import Envelope, MessageError, decode, encode
 from messages.control import ErrorReply
 
 SocketSetup = Callable[["zmq.Socket[bytes]"], None]
+
+REFUSED_WITHIN_S = 1.0
+"""A DISCONNECT this soon after our READY, with no request in between, is a refusal."""
+REFUSED_BACKOFF_S = 0.1
+REFUSED_BACKOFF_MAX_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +60,12 @@ class Worker:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.liveness = liveness
         self.setup = setup
+        self.refusals = 0  # READYs answered by DISCONNECT at once, in a row
+        self._ready_at: float | None = None  # a READY waits for this time (after refusals)
         self.socket: zmq.Socket[bytes] = self._connect()
         self.connections = 1
 
-    def _connect(self) -> zmq.Socket[bytes]:
+    def _connect(self, delay_s: float = 0.0) -> zmq.Socket[bytes]:
         sock: zmq.Socket[bytes] = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
@@ -61,19 +73,40 @@ class Worker:
         if self.setup is not None:
             self.setup(sock)
         sock.connect(self.endpoint)
-        sock.send_multipart(mdp.worker_ready(self.service))
         now = time.monotonic()
-        self.heard_at = now
-        self.sent_at = now
+        if delay_s > 0:
+            self._ready_at = now + delay_s  # tick() sends it; nothing else goes before it
+        else:
+            self._ready_at = None
+            sock.send_multipart(mdp.worker_ready(self.service))
+        self.ready_sent_at = self.heard_at = self.sent_at = now + delay_s
+        self.requested = False
         return sock
 
-    def reconnect(self, reason: str) -> None:
-        """Close the socket and register again on a new one (RFC 18: after DISCONNECT)."""
-        logger.info("worker {}: reconnecting to {} ({})", self.service.decode(), self.endpoint,
-                    reason)
+    def reconnect(self, reason: str, delay_s: float = 0.0) -> None:
+        """Close the socket and register again on a new one (RFC 18: after DISCONNECT),
+        after ``delay_s``."""
+        if not delay_s:
+            logger.info("worker {}: reconnecting to {} ({})", self.service.decode(),
+                        self.endpoint, reason)
         self.socket.close(0)
-        self.socket = self._connect()
+        self.socket = self._connect(delay_s)
         self.connections += 1
+
+    def _disconnected(self) -> None:
+        """The broker sent DISCONNECT: register again, at once unless it looks refused."""
+        now = time.monotonic()
+        if self.requested or self._ready_at is not None or (
+                now - self.ready_sent_at > REFUSED_WITHIN_S):
+            self.refusals = 0
+            self.reconnect("broker sent DISCONNECT")
+            return
+        self.refusals += 1
+        delay = min(REFUSED_BACKOFF_S * 2 ** (self.refusals - 1), REFUSED_BACKOFF_MAX_S)
+        logger.warning("worker {}: the broker refused our READY ({} time(s) in a row); trying"
+                       " again in {:g} s (with CURVE, an agent may serve only agent.<the name"
+                       " of its key>)", self.service.decode(), self.refusals, delay)
+        self.reconnect("broker refused READY", delay)
 
     def drain(self) -> list[Request]:
         """Every command waiting on the socket; returns the requests among them."""
@@ -90,9 +123,10 @@ class Worker:
                 continue
             command = frames[1]
             if command == mdp.W_REQUEST and len(frames) >= 5 and frames[3] == b"":
+                self.requested = True
                 requests.append(Request(client=frames[2], body=frames[4:]))
             elif command == mdp.W_DISCONNECT:
-                self.reconnect("broker sent DISCONNECT")
+                self._disconnected()
                 return requests
             elif command != mdp.W_HEARTBEAT:
                 logger.warning("worker {}: unexpected command {!r}", self.service.decode(),
@@ -106,6 +140,14 @@ class Worker:
     def tick(self, now: float | None = None) -> None:
         """Heartbeat when due; reconnect when the broker has been silent past liveness."""
         now = time.monotonic() if now is None else now
+        if self._ready_at is not None:
+            if now < self._ready_at:
+                return
+            self._ready_at = None
+            with contextlib.suppress(zmq.Again):
+                self.socket.send_multipart(mdp.worker_ready(self.service), zmq.NOBLOCK)
+            self.ready_sent_at = self.heard_at = self.sent_at = now
+            return
         if now - self.heard_at > self.heartbeat_interval_s * self.liveness:
             self.reconnect("broker silent past liveness")
             return
@@ -118,6 +160,8 @@ class Worker:
 
     def next_deadline(self) -> float:
         """When :meth:`tick` must next be called (monotonic seconds)."""
+        if self._ready_at is not None:
+            return self._ready_at
         return min(self.sent_at + self.heartbeat_interval_s,
                    self.heard_at + self.heartbeat_interval_s * self.liveness)
 

@@ -68,7 +68,7 @@ def encode(body: Message, msg_id: str | None = None) -> bytes:
     envelope = {
         "v": PROTOCOL_VERSION,
         "type": body.type_name,
-        "id": msg_id or new_id(),
+        "id": new_id() if msg_id is None else msg_id,
         # Python mode keeps bytes as bytes: msgpack carries them as bin, with no base64.
         "body": body.model_dump(mode="python"),
     }

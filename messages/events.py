@@ -36,6 +36,11 @@ PEER_CONNECTED: Final = "lea:peer_connected"
 PEER_DISCONNECTED: Final = "lea:peer_disconnected"
 # A CURVE handshake refused by the broker (key not in the allow-list); DESIGN.md §9.
 PEER_REFUSED: Final = "lea:peer_refused"
+WORKER_REFUSED: Final = "lea:worker_refused"
+"""A READY the broker refused: a peer authenticated (CURVE) as M may serve ``agent.M`` only."""
+SENDER_REFUSED: Final = "lea:sender_refused"
+"""A request refused for who sent it: ``forbidden`` (an agent asking what only local peers
+may, e.g. a replay control command) or ``wrong_machine`` (an agent speaking for another)."""
 BAD_MESSAGE: Final = "lea:bad_message"
 LOOP_CHECK_MISSED: Final = "lea:loop_check_missed"
 """The loop detector did not answer in time: the replay went on without its verdict."""

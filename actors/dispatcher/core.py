@@ -231,8 +231,10 @@ class DispatcherCore(WatchdogInputs):
         done = r.resolved.get(msg.action_id) if r is not None else None
         expected = entry.machine_id if entry is not None else (
             r.machine_id if r is not None and done is not None else None)
-        if expected is not None and (sender_machine != expected or msg.machine_id != expected):
-            # Only the worker the action was sent to may report it (DESIGN.md §9).
+        if sender_machine != msg.machine_id or (expected is not None and (
+                sender_machine != expected or msg.machine_id != expected)):
+            # Only the worker the action was sent to may report it, and no agent for another
+            # (an authenticated sender is not the body's machine_id; DESIGN.md §9).
             tx.effects.append(RecordReport(msg, "refused", sender_machine, now))
             tx.audit("report_refused", replay_id=msg.replay_id, action_id=msg.action_id,
                      attempt_id=msg.attempt_id, sender_machine=sender_machine,

@@ -8,13 +8,16 @@ when the geometry is unknown.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from loguru import logger
 
-from actors.base import Actor, Incoming
+from actors.base import Actor, Incoming, MachineOf
 from actors.monitor_router.core import MonitorRouterConfig, MonitorRouterCore
 from broker.config import Settings
 from messages.base import Message
+from messages.control import Ping
 from messages.monitor import (
     AgentHeartbeat,
     AgentScreenInfo,
@@ -27,10 +30,17 @@ from messages.replay import Ack
 EXPIRE_EVERY_S = 60.0
 
 
+def _machine(msg: Any) -> str:
+    return str(msg.machine_id)
+
+
 class MonitorRouterActor(Actor):
     """Resolves which monitor of an agent an action targets (spec/01 §4)."""
 
     service = "monitor_router"
+    # An agent (authenticated with CURVE) sends its own screen's heartbeats, nothing else.
+    agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {
+        Ping: None, AgentHeartbeat: _machine}
 
     def __init__(self, settings: Settings, config: MonitorRouterConfig | None = None) -> None:
         super().__init__(settings)

@@ -1,0 +1,42 @@
+"""Who sent a request: the authenticated identity the broker writes into a client address.
+
+RFC 18 lets the broker give a worker any client address, which the worker treats as opaque
+and sends back with its reply. Ours carries the sender's CURVE identity (its ZAP User-Id,
+the name of its allow-list file, broker/curve.py) when it has one:
+
+- a peer of the CURVE listener: ``b"id:" + user_id + b"\\x00" + token``;
+- a peer of the plain (loopback) endpoint: ``token``, which never starts with ``b"id:"``.
+
+``token`` is the client's routing id when the broker has no CURVE listener (escaped as
+``b"id:\\x00" + routing_id`` if it starts with ``b"id:"``: a peer may choose its own, and
+no local peer may pass for an authenticated one), and a keyed hash of it when it has one
+(broker/majordomo.py says why). The broker keeps the routing id with the request.
+
+A User-Id never contains a NUL byte (it is a file name), so the first NUL ends it. A worker
+that ignores all this still works: it sends the address back unchanged, as the RFC says.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+TAG: Final = b"id:"
+
+
+def client_address(routing_id: bytes, user_id: str | None) -> bytes:
+    """The address a worker is given for a client (``user_id`` None: a plain peer)."""
+    if user_id:
+        return TAG + user_id.encode() + b"\x00" + routing_id
+    if routing_id.startswith(TAG):
+        return TAG + b"\x00" + routing_id
+    return routing_id
+
+
+def identity_of(address: bytes) -> str | None:
+    """The authenticated identity in a client address, or None for a plain (local) peer."""
+    if not address.startswith(TAG):
+        return None
+    end = address.find(b"\x00", len(TAG))
+    if end <= len(TAG):  # no NUL (not written by the broker), or the escape of a local peer
+        return None
+    return address[len(TAG):end].decode("utf-8", "replace")

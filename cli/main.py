@@ -21,11 +21,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--curve", action="store_true", default=None,
                         help="CURVE: the broker also listens on curve_endpoint for agents with "
                              "an allowed key; an agent connects with CURVE (also LEA_CURVE=1)")
+    parser.add_argument("--console-port", type=int, default=None, metavar="PORT",
+                        help="the supervisor console's port on 127.0.0.1 (default 8765; "
+                             "0 = no console; also LEA_CONSOLE_PORT)")
     sub = parser.add_subparsers(dest="command")
     up = sub.add_parser("up", help="start the broker and the actors under the supervisor")
     up.add_argument("--curve", action="store_true", default=argparse.SUPPRESS,
                     help="the global --curve, also accepted here")
+    up.add_argument("--console-port", type=int, default=argparse.SUPPRESS, metavar="PORT",
+                    help="the global --console-port, also accepted here")
     sub.add_parser("broker", help="run the broker alone (the supervisor does this)")
+    sub.add_parser("console", help="run the supervisor console alone (the supervisor does "
+                   "this)")
     actor = sub.add_parser("actor", help="run one actor alone (the supervisor does this)")
     actor.add_argument("name", choices=sorted(ACTORS))
     tap = sub.add_parser("tap", help="print bus events live")
@@ -70,7 +77,20 @@ def _up(settings: Settings, _args: argparse.Namespace) -> int:
 
     if _curve_keys_missing(settings):
         return 2
+    from console.access import config_problem
+
+    if (problem := config_problem(settings)) is not None:
+        print(f"error: console: {problem}", file=sys.stderr)
+        return 2
     return run_tree(settings)
+
+
+def _console(settings: Settings, _args: argparse.Namespace) -> int:
+    from broker.logs import setup_logging
+    from console.server import run
+
+    setup_logging("console", settings.log_level)
+    return run(settings)
 
 
 def _broker(settings: Settings, _args: argparse.Namespace) -> int:
@@ -143,6 +163,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
     "agent": _agent, "replay": _replay, "workflow": _workflow, "demo": _demo,
     "keys": _keys,
+    "console": _console,
     "audit": _audit,
 }
 
@@ -150,7 +171,8 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(args.config, data_dir=args.data_dir, curve=args.curve)
+        settings = load_settings(args.config, data_dir=args.data_dir, curve=args.curve,
+                                 console_port=args.console_port)
     except (OSError, ValueError) as exc:
         print(f"error: invalid settings: {exc}", file=sys.stderr)
         return 2

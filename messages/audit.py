@@ -130,6 +130,21 @@ class ScreenshotsPruned(Message, type_name="audit.screenshots_pruned"):
     """Only part of them this time (a bounded batch): send the request again."""
 
 
+class GetScreenshot(Message, type_name="audit.get_screenshot"):
+    """The image a record names by hash (:attr:`AuditRecordOut.screenshots`): answered by
+    :class:`Screenshot`, or an ErrorReply ``screenshot_not_found`` (detail ``state``:
+    ``pruned`` by retention, or ``missing``) or ``screenshot_corrupt`` (the file on disk no
+    longer has that hash)."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Screenshot(Message, type_name="audit.screenshot"):
+    sha256: str
+    data: StrictBytes
+    """The image as its sender stored it (PNG or JPEG), at most MAX_SCREENSHOT_BYTES."""
+
+
 class AppendProblem(Message):
     """Why an append is refused: ``code`` is stable (see :func:`check_append`)."""
 

@@ -49,6 +49,9 @@ def lea_env(tmp_path: Path) -> dict[str, str]:
         LEA_DATA_DIR=str(tmp_path / "var"),
         LEA_HEARTBEAT_INTERVAL_MS="250",
         LEA_HEARTBEAT_LIVENESS="3",
+        # No supervisor console (an HTTP server) unless a test asks for one with a free port
+        # (tests/integration/test_console_*.py).
+        LEA_CONSOLE_PORT="0",
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )

@@ -17,6 +17,7 @@ from typing import Any
 from loguru import logger
 
 from actors.audit_log.chain import ChainRecord
+from actors.audit_log.screenshots import digest_of
 from actors.audit_log.store import AuditStore
 from actors.base import Actor, Incoming
 from broker.config import Settings
@@ -29,8 +30,10 @@ from messages.audit import (
     AuditQuery,
     AuditRecordOut,
     GetAuditHead,
+    GetScreenshot,
     PruneScreenshots,
     RecordsAcked,
+    Screenshot,
     ScreenshotsPruned,
     encode_append,
 )
@@ -50,6 +53,7 @@ class AuditLogActor(Actor):
         self.handle(AuditQuery, self.on_query)
         self.handle(GetAuditHead, self.on_head)
         self.handle(PruneScreenshots, self.on_prune)
+        self.handle(GetScreenshot, self.on_get_screenshot)
         self.every(1.0, lambda _now: self.store.flush_anchor())
 
     def on_start(self) -> None:
@@ -91,6 +95,22 @@ class AuditLogActor(Actor):
     def on_head(self, _msg: GetAuditHead, _req: Incoming) -> Message:
         seq, digest, _at = self.store.head()
         return AuditHead(seq=seq, hash=digest, records=self.store.count())
+
+    def on_get_screenshot(self, msg: GetScreenshot, _req: Incoming) -> Message:
+        """One image by hash, checked against its name (for the supervisor console)."""
+        try:
+            image = self.store.files.path(msg.sha256).read_bytes()
+        except FileNotFoundError:
+            state = self.store.screenshot_state({msg.sha256})[msg.sha256]
+            return ErrorReply(code="screenshot_not_found", message=(
+                f"no image {msg.sha256[:16]}… ({state})"),
+                detail={"sha256": msg.sha256, "state": state})
+        if digest_of(image) != msg.sha256:
+            logger.error("audit_log: image file {} does not match its hash", msg.sha256)
+            return ErrorReply(code="screenshot_corrupt", message=(
+                f"the file of {msg.sha256[:16]}… no longer has that hash"),
+                detail={"sha256": msg.sha256})
+        return Screenshot(sha256=msg.sha256, data=image)
 
     def on_prune(self, msg: PruneScreenshots, _req: Incoming) -> Message:
         done = self.store.prune_screenshots(msg.older_than_days, msg.operator, time.time())

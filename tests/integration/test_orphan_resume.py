@@ -63,7 +63,8 @@ def test_abandoned_copies_arriving_before_the_resume_do_not_double_the_step(
     assert (paused.pause_reason, paused.index) == ("orphan_max_resends", 0)
     assert agent.effects() == []
     resume(system, rid)
-    assert system.status(rid).current_action_id == "s0_resume"
+    # Dispatched once the monitor router has answered (the replay awaits its route first).
+    system.wait_status(rid, "running", where=lambda s: s.current_action_id == "s0_resume")
 
     agent.kill(signal.SIGCONT)
     done = system.wait_status(rid, "completed", timeout=60)

@@ -1,0 +1,171 @@
+"""The words a clinician reads: French labels for statuses, pause reasons, loop signals, and
+one short line per bus event or audit record.
+
+Bus topics and audit kinds mostly share their names (``lea:replay_paused`` / ``replay_paused``),
+so :func:`happening` takes either. Pure functions of their inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+STATUS: Final = {
+    "running": "En cours",
+    "paused_need_help": "En attente de validation",
+    "completed": "Terminé",
+    "failed": "Échec",
+    "cancelled": "Arrêté",
+}
+
+# Why a replay paused: one sentence that says what happened and what is expected.
+REASON: Final = {
+    "user_request": "La procédure demande une vérification humaine avant de continuer.",
+    "loop_detected": ("Léa semble tourner en rond : ses dernières actions ne font plus "
+                      "avancer l'écran."),
+    "system_dialog": "Une fenêtre du système bloque l'écran du poste.",
+    "wrong_window": "La fenêtre attendue n'est pas à l'écran du poste.",
+    "needs_human": "Léa demande de l'aide sur le poste.",
+    "target_not_found": "L'élément à utiliser n'a pas été trouvé à l'écran, même après "
+                        "plusieurs essais.",
+    "action_failed": "Une étape échoue à plusieurs reprises.",
+    "orphan_max_resends": "Le poste n'a pas répondu pour une étape.",
+    "dead_client": "Léa ne répond plus sur ce poste.",
+    "operator": "Mis en pause par un opérateur.",
+}
+
+# The same, in a few words (the list's "last event" column).
+REASON_SHORT: Final = {
+    "user_request": "vérification humaine demandée",
+    "loop_detected": "Léa semble tourner en rond",
+    "system_dialog": "une fenêtre système bloque l'écran",
+    "wrong_window": "mauvaise fenêtre à l'écran",
+    "needs_human": "Léa demande de l'aide",
+    "target_not_found": "élément introuvable à l'écran",
+    "action_failed": "une étape échoue",
+    "orphan_max_resends": "le poste ne répond pas",
+    "dead_client": "Léa ne répond plus",
+    "operator": "demandée par un opérateur",
+}
+
+SIGNAL: Final = {
+    "action_repeat": "La même action répétée sans effet",
+    "screen_static": "L'écran ne change plus",
+    "retry_threshold": "Trop de nouvelles tentatives sur une étape",
+}
+
+EVIDENCE: Final = {
+    "count": "Actions identiques à la suite",
+    "action": "Action répétée",
+    "screen_changed": "L'écran a changé",
+    "captures": "Captures identiques à la suite",
+    "ignored_tiles": "Zones ignorées (horloge, curseur…)",
+    "embedder": "Méthode de comparaison",
+    "min_cosine": "Ressemblance minimale entre captures",
+    "action_id": "Étape",
+    "retries": "Nouvelles tentatives",
+    "threshold": "Seuil",
+    "error": "Dernière erreur",
+}
+_EVIDENCE_VALUES: Final = {"no": "non", "yes": "oui", "unknown": "inconnu"}
+
+SOURCE: Final = {"declarative": "Procédure", "llm_contextual": "Léa", "system": "Système"}
+
+PROGRESS_STATE: Final = {
+    "awaiting_human_correction": "correction humaine attendue sur le poste",
+    "awaiting_route": "choix de l'écran",
+    "awaiting_loop": "vérification anti-boucle",
+    "awaiting_payload": "préparation des vérifications",
+}
+
+
+def status(name: str) -> str:
+    return STATUS.get(name, name)
+
+
+def reason(name: str | None) -> str:
+    if not name:
+        return "Raison inconnue."
+    return REASON.get(name, f"Raison : {name}.")
+
+
+def signal(name: str | None) -> str:
+    return SIGNAL.get(name or "", name or "")
+
+
+def evidence_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "oui" if value else "non"
+    if isinstance(value, str):
+        return _EVIDENCE_VALUES.get(value, value)
+    return str(value)
+
+
+def steps(done: int, total: int) -> str:
+    return f"{done} / {total} étape" + ("s" if total > 1 else "")
+
+
+def happening(name: str, data: dict[str, Any]) -> str:
+    """One line for a bus event (``lea:...``) or an audit record kind, from its data."""
+    kind = name.removeprefix("lea:")
+    step = data.get("action_id") or ""
+    report = data.get("report") if isinstance(data.get("report"), dict) else None
+    who = data.get("operator") or "un opérateur inconnu"
+    match kind:
+        case "replay_started":
+            return f"Démarré ({data.get('total', '?')} étapes)"
+        case "action_dispatched":
+            return f"Étape {step} envoyée au poste"
+        case "action_resent" | "dispatch_orphan_resent":
+            return f"Étape {step} renvoyée (le poste n'avait pas répondu)"
+        case "action_acked":
+            if data.get("outcome") == "skipped":
+                return f"Étape {step} sautée"
+            if data.get("success"):
+                return f"Étape {step} faite"
+            return f"Étape {step} en échec : {data.get('error') or 'erreur inconnue'}"
+        case "report_received" if report is not None:
+            step = report.get("action_id") or step
+            state = data.get("status")
+            if state not in ("accepted", None):
+                return f"Compte rendu de l'étape {step} ignoré ({state})"
+            if report.get("success"):
+                return f"Étape {step} faite"
+            return f"Étape {step} en échec : {report.get('error') or 'erreur inconnue'}"
+        case "action_progress":
+            state = str(data.get("state") or data.get("progress") or "")
+            return f"Étape {step} : {PROGRESS_STATE.get(state, state or 'en cours')}"
+        case "replay_paused":
+            why = data.get("reason")
+            return f"En pause : {REASON_SHORT.get(str(why), str(why))}"
+        case "replay_resumed":
+            acked = data.get("acknowledged_check_ids") or []
+            checked = f" ({len(acked)} vérification(s) cochée(s))" if acked else ""
+            return f"Repris par {who}{checked}"
+        case "replay_cancelled":
+            return f"Arrêté par {who}"
+        case "replay_completed":
+            return f"Terminé ({data.get('completed_actions', '?')} / {data.get('total', '?')})"
+        case "loop_detected":
+            return f"Boucle détectée : {signal(data.get('signal'))}"
+        case "safety_checks_generated":
+            return f"Liste de vérifications prête ({data.get('count', 0)})"
+        case "safety_checks_llm_failed":
+            return f"Léa n'a pas pu proposer de vérifications ({data.get('cause')})"
+        case "dispatch_orphan_giveup" | "action_given_up":
+            return f"Étape {step} abandonnée (le poste ne répond pas)"
+        case "dead_client_signal":
+            return "Le poste ne répond plus"
+        case "retry_scheduled":
+            return f"Nouvel essai prévu pour l'étape {step}"
+        case "action_skipped":
+            return f"Étape {step} sautée"
+        case "report_refused":
+            return f"Compte rendu refusé pour l'étape {step} (mauvais poste)"
+    return kind.replace("_", " ").capitalize() + (f" — {step}" if step else "")
+
+
+# Bus topics too frequent or too technical to stand as a replay's "last event".
+QUIET_TOPICS: Final = frozenset({
+    "lea:monitor_routed", "lea:peer_connected", "lea:peer_disconnected", "lea:consult_missed",
+    "lea:loop_check_missed", "lea:bad_message",
+})

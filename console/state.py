@@ -1,0 +1,95 @@
+"""What the console's routes share: the broker link, the live list, the trail reader, the
+streams; and how an actor's refusal becomes an HTTP error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from broker.client import CallFailed
+from broker.config import Settings
+from console.board import Board
+from console.broker_link import BrokerLink
+from console.bus_feed import Hub
+from console.live import Live
+from console.trail import TrailCache
+from console.views import ReplayDetail, pause_view
+
+FIRST_REFRESH_WAIT_S = 3.0
+
+# An actor's error code → the HTTP status the console answers with.
+HTTP_STATUS: dict[str, int] = {
+    "not_found": 404,
+    "screenshot_not_found": 404,
+    "not_paused": 409,
+    "not_running": 409,
+    "required_checks_missing": 400,
+    "unknown_check_ids": 400,
+    "timeout": 504,
+}
+
+
+class ApiProblem(Exception):
+    """An API error: its status, stable code, message and detail (the JSON body)."""
+
+    def __init__(self, status: int, code: str, message: str,
+                 detail: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.detail = detail or {}
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.code, "message": self.message,
+                               "detail": self.detail}
+        if "missing" in self.detail:
+            out["missing"] = self.detail["missing"]  # spec/01 §6.2's shape
+        return out
+
+
+def problem_of(exc: CallFailed, service: str) -> ApiProblem:
+    message = exc.message
+    if exc.code == "timeout":
+        message = f"{service} did not answer in time; the request may or may not have applied"
+    return ApiProblem(HTTP_STATUS.get(exc.code, 502), exc.code, message, dict(exc.detail))
+
+
+@dataclass
+class ConsoleState:
+    settings: Settings
+    link: BrokerLink
+    board: Board
+    hub: Hub
+    live: Live
+    trail: TrailCache
+
+    @classmethod
+    def build(cls, settings: Settings) -> ConsoleState:
+        link = BrokerLink(settings.mdp_endpoint)
+        board, hub, trail = Board(), Hub(), TrailCache(link)
+        return cls(settings, link, board, hub, Live(link, board, hub, trail), trail)
+
+    async def first_refresh(self) -> None:
+        """Wait (a little) for the first list from the dispatcher."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.live.ready.wait(), FIRST_REFRESH_WAIT_S)
+
+    async def detail(self, replay_id: str) -> ReplayDetail:
+        """A replay now (asked of the dispatcher) and its pause; raises ApiProblem."""
+        try:
+            (summary,) = await self.live.status(replay_id)
+        except CallFailed as exc:
+            raise problem_of(exc, "dispatcher") from None
+        self.live.apply([summary])
+        records = []
+        if summary.status == "paused_need_help":
+            try:
+                records = await self.trail.records(replay_id)
+            except CallFailed:
+                pass  # the dialog still works from the summary; the detail comes later
+        row = self.board.row(replay_id)
+        assert row is not None
+        return ReplayDetail(replay=row, pause=pause_view(summary, records))

@@ -1,0 +1,215 @@
+// Léa console: what every page shares (operator name, API calls, toasts, the live stream)
+// and the replay list. Plain browser JavaScript, no build step, nothing loaded from elsewhere.
+"use strict";
+
+(() => {
+  const OPERATOR_KEY = "lea.operator";
+  const $ = (selector, root = document) => root.querySelector(selector);
+  let toastTimer = null;
+  let asking = null;   // the open "who supervises?" question, if any
+  let answered = null; // resolves it
+
+  const Lea = {
+    $,
+
+    operator() {
+      return (localStorage.getItem(OPERATOR_KEY) || "").trim();
+    },
+
+    showOperator() {
+      for (const el of document.querySelectorAll(".operator-name")) {
+        el.textContent = Lea.operator() || "—";
+      }
+    },
+
+    // Ask the person's name (once: it is kept in this browser); resolves with it. Asked
+    // again while the question is open, the same answer serves both.
+    askOperator() {
+      if (asking) return asking;
+      const dialog = $("#operator-dialog");
+      const input = $("#operator-input");
+      input.value = Lea.operator();
+      asking = new Promise((resolve) => { answered = resolve; });
+      dialog.showModal();
+      input.focus();
+      return asking;
+    },
+
+    // A call to the console's API: {ok, status, data}; never throws.
+    async api(method, path, body) {
+      const options = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+      if (body !== undefined) {
+        options.headers["Content-Type"] = "application/json";
+        options.body = JSON.stringify(body);
+      }
+      let response;
+      try {
+        response = await fetch(path, options);
+      } catch (error) {
+        return { ok: false, status: 0, data: { error: "network", message: String(error) } };
+      }
+      if (response.status === 401 && document.body.dataset.page !== "signin") {
+        location.reload(); // the sign-in page comes instead
+      }
+      let data = {};
+      try { data = await response.json(); } catch (_) { /* an empty body */ }
+      return { ok: response.ok, status: response.status, data: data || {} };
+    },
+
+    toast(text, kind = "error") {
+      const toast = $("#toast");
+      toast.textContent = text;
+      toast.dataset.kind = kind;
+      toast.hidden = false;
+      clearTimeout(toastTimer);
+      toastTimer = setTimeout(() => { toast.hidden = true; }, kind === "error" ? 12000 : 5000);
+    },
+
+    clock(at) {
+      return new Date(at * 1000).toLocaleTimeString("fr-FR");
+    },
+
+    localizeTimes(root = document) {
+      for (const el of root.querySelectorAll("time[datetime]")) {
+        if (el.getAttribute("datetime")) {
+          el.textContent = new Date(el.getAttribute("datetime")).toLocaleTimeString("fr-FR");
+        }
+      }
+    },
+
+    // Show one replay (an API ReplayRow) in an element made of data-field parts.
+    fillReplay(el, row) {
+      const set = (field, text) => {
+        const part = el.querySelector(`[data-field="${field}"]`);
+        if (part) part.textContent = text;
+      };
+      el.dataset.replayId = row.replay_id;
+      el.dataset.status = row.status;
+      set("machine_id", row.machine_id);
+      set("workflow_id", row.workflow_id);
+      set("status_label", row.status_label);
+      set("progress_label", row.progress_label);
+      set("current_step", row.current_step || "—");
+      set("last_event", row.last_event ? row.last_event.text : "—");
+      const bar = el.querySelector('[data-field="progress"]');
+      if (bar) { bar.max = Math.max(1, row.total); bar.value = row.completed_actions; }
+      const link = el.querySelector('[data-field="link"]');
+      if (link) {
+        link.href = `/replays/${encodeURIComponent(row.replay_id)}`;
+        link.textContent = row.status === "paused_need_help" ? "Répondre" : "Détails";
+      }
+    },
+
+    // The live stream: handlers by event name; reconnects by itself.
+    stream(handlers) {
+      const live = $("#live");
+      const state = (name, text) => { live.dataset.state = name; live.textContent = text; };
+      let source = null;
+      const open = () => {
+        source = new EventSource("/api/events");
+        source.onopen = () => state("live", "● En direct");
+        source.onerror = () => state("down", "○ Connexion perdue — nouvelle tentative…");
+        source.addEventListener("status", (event) => {
+          const data = JSON.parse(event.data);
+          const banner = $("#dispatcher-down");
+          if (banner) banner.hidden = data.dispatcher !== "unreachable";
+        });
+        source.addEventListener("resync", () => { source.close(); setTimeout(open, 1000); });
+        for (const [name, handler] of Object.entries(handlers)) {
+          source.addEventListener(name, (event) => handler(JSON.parse(event.data)));
+        }
+      };
+      open();
+    },
+  };
+  window.Lea = Lea;
+
+  // The replay list --------------------------------------------------------------------------
+  function rowOf(replayId) {
+    return document.querySelector(`#replay-rows tr[data-replay-id="${CSS.escape(replayId)}"]`);
+  }
+
+  function upsertRow(row) {
+    let tr = rowOf(row.replay_id);
+    const body = $("#replay-rows");
+    if (!tr) {
+      tr = $("#replay-row-template").content.firstElementChild.cloneNode(true);
+      body.prepend(tr);
+    }
+    const wasWaiting = tr.dataset.status === "paused_need_help";
+    Lea.fillReplay(tr, row);
+    if (row.status === "paused_need_help" && !wasWaiting) body.prepend(tr);
+  }
+
+  function refreshSummary() {
+    const rows = document.querySelectorAll("#replay-rows tr[data-replay-id]");
+    const waiting = [...rows].filter((tr) => tr.dataset.status === "paused_need_help").length;
+    $("#waiting").hidden = waiting === 0;
+    $("#waiting-text").textContent = waiting === 1
+      ? "1 replay attend votre validation."
+      : `${waiting} replays attendent votre validation.`;
+    $("#no-replays").hidden = rows.length > 0;
+    // Seen from another tab too: the tab's title counts the replays waiting.
+    document.title = waiting ? `(${waiting}) Léa attend votre validation` : baseTitle;
+  }
+
+  const baseTitle = document.title;
+
+  function startList() {
+    Lea.stream({
+      snapshot(data) {
+        $("#replay-rows").replaceChildren();
+        for (const row of [...data.replays].reverse()) upsertRow(row);
+        refreshSummary();
+      },
+      replay(row) { upsertRow(row); refreshSummary(); },
+    });
+  }
+
+  function startSignin() {
+    $("#signin-form").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const reply = await Lea.api("POST", "/api/session", { token: $("#signin-token").value });
+      if (reply.ok) location.reload();
+      else Lea.toast("Code d'accès incorrect.");
+    });
+  }
+
+  function setUpOperatorDialog() {
+    const dialog = $("#operator-dialog");
+    const input = $("#operator-input");
+    $("#operator-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const name = input.value.trim();
+      if (!name) { input.focus(); return; }
+      localStorage.setItem(OPERATOR_KEY, name);
+      dialog.close();
+      Lea.showOperator();
+      const resolve = answered;
+      asking = answered = null;
+      resolve(name);
+    });
+    dialog.addEventListener("cancel", (event) => {
+      if (!Lea.operator()) event.preventDefault(); // a name is needed, once
+    });
+    dialog.addEventListener("close", () => {
+      if (answered && Lea.operator()) { // closed with Escape: the name kept stands
+        const resolve = answered;
+        asking = answered = null;
+        resolve(Lea.operator());
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    setUpOperatorDialog();
+    Lea.showOperator();
+    Lea.localizeTimes();
+    const page = document.body.dataset.page;
+    if (page === "signin") { startSignin(); return; }
+    if (page === "problem") return;
+    $("#operator-change").addEventListener("click", () => Lea.askOperator());
+    if (!Lea.operator()) Lea.askOperator();
+    if (page === "list") startList();
+  });
+})();

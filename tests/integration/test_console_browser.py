@@ -1,0 +1,193 @@
+"""The supervisor console in a real headless Chromium, against the whole tree
+(``python run.py`` starts the console), a simulated agent and a stand-in Ollama server.
+
+A clinician's path: the list shows the replay live; the pause dialog shows the message, the
+screen and the checklist; Continue stays disabled until every required check is ticked; a
+forced resume with a check missing is refused with a toast and the pause is kept; the real
+resume completes the replay, and the audit trail holds the checks and the operator. A loop
+pause shows the loop detector's signal and evidence, with Continue / Cancel and no checklist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from cli.ollama_stub import GOOD_CHECKS, OllamaStub
+from cli.workflow_cmd import load_workflow
+from tests.conftest import Spawn
+from tests.integration.console_kit import (
+    audit_records,
+    chromium,
+    console_system,
+    shoot,
+    sign_in_operator,
+)
+from tests.integration.probes import ready_agent
+from tests.integration.system import workflow
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "admission_note.json"
+PAUSED = "paused_need_help"
+WAIT_MS = 20_000  # a functional bound: a replay step here takes well under a second
+
+
+@pytest.fixture
+def stub() -> Iterator[OllamaStub]:
+    with OllamaStub("good") as server:
+        yield server
+
+
+def test_a_checklist_pause_is_answered_in_the_browser(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, stub: OllamaStub) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path, OLLAMA_URL=stub.url)
+    ready_agent(system, "M1")
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(url)
+        sign_in_operator(page, "Dr Martin")
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+
+        # The list follows the replay live (the bus, through the stream).
+        replay_id = system.start(load_workflow(EXAMPLE), "M1")
+        row = page.locator(f'#replay-rows tr[data-replay-id="{replay_id}"]')
+        expect(row).to_have_attribute("data-status", PAUSED, timeout=WAIT_MS)
+        expect(row.locator('[data-field="status_label"]')).to_have_text(
+            "En attente de validation")
+        expect(row.locator('[data-field="current_step"]')).to_have_text("step_check_patient")
+        expect(page.locator("#waiting")).to_be_visible()
+        shoot(page, "01-list-a-replay-waits")
+
+        row.locator('[data-field="link"]').click()
+        expect(page.locator("#operator-dialog")).to_be_hidden()  # asked once only
+        pause = page.locator("#pause")
+        expect(pause).to_be_visible()
+        expect(page.locator("#pause-message")).to_have_text(
+            "Vérifiez l'identité du patient et la note avant l'enregistrement.")
+        expect(page.locator("#pause-reason")).to_contain_text("vérification humaine")
+        page.wait_for_function(  # the agent's screen at the pause, from the audit trail
+            "document.querySelector('#pause-shot-img').naturalWidth > 0", timeout=WAIT_MS)
+        checks = page.locator("#check-list li")
+        expect(checks).to_have_count(4)
+
+        def check(check_id: str) -> Locator:
+            return page.locator(f'#check-list li[data-check-id="{check_id}"]')
+
+        for required in ("chk_identity", "chk_note"):
+            expect(check(required).locator(".badge.required")).to_be_visible()
+            expect(check(required).locator(".badge.lea")).to_be_hidden()
+        for i, suggestion in enumerate(GOOD_CHECKS, start=1):
+            item = check(f"llm_{i}")
+            expect(item.locator(".check-label")).to_have_text(suggestion["label"])
+            expect(item.locator(".badge.lea")).to_be_visible()
+            expect(item.locator(".badge.required")).to_be_hidden()
+            tip = item.locator(".badge.lea .tip")
+            expect(tip).to_be_hidden()
+            item.locator(".badge.lea").hover()
+            expect(tip).to_be_visible()
+            expect(tip).to_contain_text(suggestion["evidence"])
+
+        go_on = page.locator("#continue")
+        expect(go_on).to_be_disabled()
+        check("chk_identity").locator("input").check()
+        expect(go_on).to_be_disabled()
+        check("llm_1").locator("input").check()  # a suggestion is not a required check
+        expect(go_on).to_be_disabled()
+        expect(page.locator("#pause-hint")).to_have_text(
+            "Cochez encore 1 vérification obligatoire pour pouvoir continuer.")
+        shoot(page, "02-pause-one-required-check-left")
+
+        # Forced: someone enables the button from the browser's devtools and clicks. The
+        # dispatcher refuses, the page says so, and the pause (with its ticks) stays.
+        page.evaluate("document.querySelector('#continue').disabled = false")
+        go_on.click()
+        toast = page.locator("#toast")
+        expect(toast).to_be_visible()
+        expect(toast).to_contain_text("Reprise refusée")
+        expect(toast).to_contain_text("Contenu de la note relu")
+        shoot(page, "03-forced-resume-refused")
+        assert system.status(replay_id).status == PAUSED
+        expect(pause).to_be_visible()
+        expect(check("chk_identity").locator("input")).to_be_checked()
+        expect(go_on).to_be_disabled()
+
+        check("chk_note").locator("input").check()
+        expect(go_on).to_be_enabled()
+        shoot(page, "04-pause-ready-to-continue")
+        go_on.click()
+        expect(toast).to_contain_text("Léa reprend")
+        head = page.locator("#replay-head")
+        expect(head).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+        expect(pause).to_be_hidden()
+        expect(page.locator('#timeline li[data-kind="replay_resumed"]')).to_contain_text(
+            "Repris par Dr Martin", timeout=WAIT_MS)
+        expect(page.locator('#timeline li[data-kind="replay_completed"]')).to_have_count(
+            1, timeout=WAIT_MS)
+        shoot(page, "05-replay-completed-timeline")
+
+        page.goto(url)
+        expect(row).to_have_attribute("data-status", "completed")
+        expect(row.locator('[data-field="status_label"]')).to_have_text("Terminé")
+        expect(page.locator("#waiting")).to_be_hidden()
+        shoot(page, "06-list-completed")
+
+    (resumed,) = audit_records(system, replay_id, "replay_resumed")
+    assert resumed["data"]["operator"] == "Dr Martin"
+    assert resumed["data"]["acknowledged_check_ids"] == ["chk_identity", "chk_note", "llm_1"]
+
+
+def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path)
+    # Clicks that change nothing on screen: the same click three times is action_repeat.
+    ready_agent(system, "M2", scenario={"types": {"click": {"loop": True}}})
+    same = {"type": "click", "target_spec": {"x_pct": 0.4, "y_pct": 0.4}}
+    replay_id = system.start(workflow(same, same, same, same, workflow_id="stuck"), "M2")
+    system.wait_status(replay_id, PAUSED, timeout=30)
+
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(f"{url}/replays/{replay_id}")
+        sign_in_operator(page, "IDE Dupont")
+        expect(page.locator("#pause")).to_be_visible()
+        expect(page.locator("#pause-message")).to_contain_text("Léa semble bloquée")
+        expect(page.locator("#pause-reason")).to_contain_text("tourner en rond")
+        expect(page.locator("#pause-loop")).to_be_visible(timeout=WAIT_MS)
+        expect(page.locator("#pause-signal")).to_have_text("La même action répétée sans effet")
+        evidence = page.locator("#pause-evidence")
+        def shown(label: str) -> Locator:
+            return evidence.locator(f'dt:text-is("{label}") + dd')
+
+        expect(shown("Actions identiques à la suite")).to_have_text("3")
+        expect(shown("Action répétée")).to_have_text("click 0.4,0.4")
+        expect(shown("L'écran a changé")).to_have_text("non")
+        page.wait_for_function(
+            "document.querySelector('#pause-shot-img').naturalWidth > 0", timeout=WAIT_MS)
+        # No checklist: the plain message with Continue / Cancel.
+        expect(page.locator("#pause-checks")).to_be_hidden()
+        expect(page.locator("#continue")).to_be_enabled()
+        expect(page.locator("#cancel")).to_be_enabled()
+        shoot(page, "07-loop-pause-evidence")
+
+        page.once("dialog", lambda dialog: dialog.accept())  # "Arrêter définitivement ?"
+        page.locator("#cancel").click()
+        expect(page.locator("#toast")).to_contain_text("Le replay est arrêté.")
+        expect(page.locator("#replay-head")).to_have_attribute("data-status", "cancelled",
+                                                               timeout=WAIT_MS)
+        expect(page.locator("#pause")).to_be_hidden()
+        shoot(page, "08-loop-replay-cancelled")
+
+    assert system.status(replay_id).status == "cancelled"
+    (cancelled,) = audit_records(system, replay_id, "replay_cancelled")
+    assert cancelled["data"]["operator"] == "IDE Dupont"
+    (paused,) = audit_records(system, replay_id, "replay_paused")
+    assert paused["data"]["detail"]["signal"] == "action_repeat"

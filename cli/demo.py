@@ -42,7 +42,7 @@ from messages.replay import (
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "admission_note.json"
 MACHINE = "DEMO-PC"
-QUIET = ("lea:peer_connected", "lea:peer_disconnected")
+QUIET = ("lea:peer_connected", "lea:peer_disconnected", "lea:monitor_routed")
 
 
 def narrate(event: Event) -> str:
@@ -69,6 +69,8 @@ def narrate(event: Event) -> str:
     if event.topic == events.SAFETY_CHECKS_LLM_FAILED:
         return (f"⚠ Léa could not look at the screen for {step} ({d.get('cause')}): "
                 f"{d.get('detail')}")
+    if event.topic == events.LOOP_DETECTED:
+        return f"⟳ Léa seems stuck: {d.get('signal')} {d.get('evidence')}"
     if event.topic == events.REPLAY_STARTED:
         return f"replay {d.get('replay_id')} started ({d.get('total')} steps, {d.get('mode')})"
     return format_event(event)
@@ -135,9 +137,11 @@ def _input(prompt: str, stream: TextIO, out: TextIO = sys.stdout) -> str:
 
 def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = False) -> int:
     data_dir = settings.data_dir / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    console_port = settings.console_port and int(_free_endpoint().rsplit(":", 1)[1])
     demo = settings.model_copy(update={
         "mdp_endpoint": _free_endpoint(), "bus_in_endpoint": _free_endpoint(),
-        "bus_out_endpoint": _free_endpoint(), "data_dir": data_dir})
+        "bus_out_endpoint": _free_endpoint(), "data_dir": data_dir,
+        "console_port": console_port})
     env = {**os.environ, **settings_env(demo), "LEA_LOG_LEVEL": "WARNING"}
     workflow = load_workflow(workflow_path)
     stub = None
@@ -164,6 +168,9 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = F
                 return 1
         print(f"All six actors answer. Replaying {workflow.workflow_id} "
               f"({len(workflow.actions)} steps):")
+        if console_port:
+            print(f"(The pause can also be answered in the browser: "
+                  f"http://{demo.console_host}:{console_port}/)")
         started = client.call("dispatcher", StartReplay(
             workflow=workflow, machine_id=MACHINE, operator="demo")).body
         assert isinstance(started, ReplayStarted)

@@ -161,6 +161,10 @@ class TrackBatch(Message, type_name="watchdog.track_batch"):
     updates: list[Track | Untrack]
 
 
+class ListTracked(Message, type_name="watchdog.list_tracked"):
+    """→ watchdog: the attempts it times now (an InFlightList); for operators and tests."""
+
+
 class ListInFlight(Message, type_name="dispatcher.list_inflight"):
     """Watchdog → dispatcher after a restart: every action in flight."""
 

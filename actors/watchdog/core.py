@@ -47,6 +47,10 @@ class WatchdogCore:
     def __len__(self) -> int:
         return len(self._timers)
 
+    def entries(self) -> list[InFlight]:
+        """The attempts timed now, one per (replay, action)."""
+        return [timer.entry for timer in self._timers.values()]
+
     def track(self, entry: InFlight, now: float, age_s: float = 0.0) -> None:
         """Start (or restart, for a new attempt) the timer of ``entry``, ``age_s`` old."""
         key = _key(entry)

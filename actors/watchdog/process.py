@@ -19,6 +19,7 @@ from messages.codec import Envelope
 from messages.dispatch import (
     InFlightList,
     ListInFlight,
+    ListTracked,
     OrphanGiveUp,
     OrphanResend,
     Track,
@@ -42,6 +43,7 @@ class WatchdogActor(Actor):
         self.handle(Track, self.on_track)
         self.handle(Untrack, self.on_untrack)
         self.handle(TrackBatch, self.on_batch)
+        self.handle(ListTracked, lambda _m, _r: InFlightList(entries=self.core.entries()))
         self.every(self.config.scan_interval_s, self.scan)
         self.every(1.0, self.ask_for_inflight)
 

@@ -23,8 +23,8 @@ from tests.integration.transport_checks import (
     assert_client_invariants,
     ledger_row,
     reports,
-    wait_dispatcher_idle,
     wait_ready,
+    wait_watchdog_tracks,
 )
 
 PAUSED = "paused_need_help"
@@ -67,11 +67,11 @@ def test_case_g_watchdog_resend_after_the_agent_executed_and_reported_late(
     through one FIFO broker queue, so a report sent before the watchdog asks always wins
     (I5 skips the resend). For the re-dispatch to come first, the dispatcher is frozen
     (SIGSTOP) while s1 runs (8 s): the watchdog's resend request (~3.5 s) queues before the
-    agent's report (8 s); we freeze it only once its outbox is empty, i.e. the (batched)
-    Track of s1 has gone to the watchdog. Expected once it is back: the resend goes out
-    under a new attempt, the late report of the executed attempt is recorded ``stale`` and
-    ignored, the agent answers the re-dispatch from its ledger (original report, warning
-    ``already_executed``), one effect line, the replay completes.
+    agent's report (8 s); we freeze it only once the watchdog times s1 (Track is batched).
+    Expected once it is back: the resend goes out under a new attempt, the late report of
+    the executed attempt is recorded ``stale`` and ignored, the agent answers the re-dispatch
+    from its ledger (original report, warning ``already_executed``), one effect line, the
+    replay completes.
     """
     system = System(spawn, lea_env, tmp_path, {"LEA_BEACON_TIMEOUT_S": "60"})
     agent = system.agent("g1", {"actions": {"s1": {"delay_s": 8}}})
@@ -80,7 +80,7 @@ def test_case_g_watchdog_resend_after_the_agent_executed_and_reported_late(
     wait_until(lambda: ledger_row(agent, "s1"), timeout=20)
     first = system.wait_inflight(rid)
     assert first is not None and first.action_id == "s1"
-    wait_dispatcher_idle(system)  # the watchdog's timer for s1 runs
+    wait_watchdog_tracks(system, first.attempt_id)  # the watchdog's timer for s1 runs
     dispatcher = system.kill("dispatcher", signal.SIGSTOP)
     try:
         wait_until(lambda: (row := ledger_row(agent, "s1")) and row.state == "finished",

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import zmq
 
 from broker.bus import Publisher, Subscriber
+from messages.dispatch import InFlightList, ListTracked
 from messages.events import Event
 from tests.conftest import wait_until
 from tests.integration.system import Agent, System
@@ -64,12 +65,15 @@ def reports(system: System, replay_id: str, action_id: str | None = None) -> lis
     return [Report(a, t, s, bool(ok), e, w) for a, t, s, ok, e, w in rows]
 
 
-def wait_dispatcher_idle(system: System) -> None:
-    """Until every effect the dispatcher committed was handed over (its outbox is empty):
-    e.g. the watchdog was told of the action just dispatched (Track is batched), so
-    freezing the dispatcher now cannot hide that action from the watchdog."""
-    wait_until(lambda: _query(_dispatcher_db(system), "SELECT COUNT(*) FROM outbox")
-               == [(0,)], timeout=20)
+def wait_watchdog_tracks(system: System, attempt_id: str) -> None:
+    """Until the watchdog times ``attempt_id`` (Track is batched by the dispatcher): freezing
+    the dispatcher now cannot hide that attempt from the watchdog."""
+    def tracked() -> bool:
+        reply = system.call("watchdog", ListTracked())
+        return isinstance(reply, InFlightList) and any(
+            e.attempt_id == attempt_id for e in reply.entries)
+
+    wait_until(tracked, timeout=20)
 
 
 def accepted(system: System, replay_id: str, action_id: str) -> Report:

@@ -44,6 +44,9 @@ class Desk:
             str(tmp / "agent-data"), "--effects-log", str(tmp / "effects.jsonl")),
             env={**self.system.env, "DISPLAY": self.display,
                  "RPA_HUMAN_CORRECTION_TIMEOUT_S": str(correction_s)}, name="agent-ws1")
+        # Its first hello answered: a replay started now is not re-sent by that hello.
+        wait_until(lambda: any("dispatcher answered hello" in log.read_text(errors="replace")
+                               for log in tmp.glob("agent-ws1-*.log")), timeout=60)
 
     def on_second(self, x: float, y: float) -> dict[str, Any]:
         return {"target_spec": {"x_pct": (x - 1280) / 1920, "y_pct": y / 1080},

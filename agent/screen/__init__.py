@@ -5,3 +5,25 @@
 - :mod:`agent.screen.x11` / :mod:`agent.screen.win32`: the platform calls behind them.
 - :mod:`agent.screen.probe`: what a heartbeat reports (pluggable: real screen or simulated).
 """
+
+import ctypes
+import ctypes.util
+import sys
+
+
+def _x_threads() -> None:
+    """Make libX11 safe across threads before anything opens a display.
+
+    mss and screeninfo call libX11 through ctypes, from the execution thread (capture) and
+    the heartbeat probe thread at once; without XInitThreads that corrupts libX11's heap
+    (seen: "malloc(): unaligned tcache chunk detected" in an agent under load).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(ctypes.util.find_library("X11") or "libX11.so.6").XInitThreads()
+    except (OSError, AttributeError):
+        pass  # no libX11: nothing here will use it
+
+
+_x_threads()

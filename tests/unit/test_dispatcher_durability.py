@@ -24,6 +24,7 @@ from messages.dispatch import ActionReport, InFlight, Track, TrackBatch, Untrack
 from messages.replay import Ack, ReplayStarted, StartReplay
 from tests.conftest import free_port, wait_until
 from tests.unit.test_dispatcher_core import H, act, wf
+from tests.unit.test_dispatcher_process import dispatcher as process_dispatcher
 
 
 def _steps(n: int) -> list[str]:
@@ -99,15 +100,8 @@ def serve(actor: DispatcherActor | WatchdogActor, message: Message) -> Message:
 
 @contextmanager
 def dispatcher(settings: Settings) -> Iterator[DispatcherActor]:
-    a = DispatcherActor(settings, DispatcherConfig())  # no consultations: spec/03 alone
-    try:
+    with process_dispatcher(settings, DispatcherConfig()) as a:  # no consultations
         yield a
-    finally:
-        a.on_stop()
-        a.worker.close()
-        a.client.close()
-        a.bus.close()
-        a.ctx.term()
 
 
 def _report_of(actor: DispatcherActor, rid: str) -> ActionReport:
@@ -170,7 +164,4 @@ def test_the_watchdog_applies_a_batch_in_order(settings: Settings) -> None:
         assert len(actor.core) == 2
         assert actor.core.untrack("s2", "b2") and actor.core.untrack("s3", "c1")
     finally:
-        actor.worker.close()
-        actor.client.close()
-        actor.bus.close()
-        actor.ctx.term()
+        actor.close()

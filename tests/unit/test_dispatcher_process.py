@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.dispatcher.process import DispatcherActor
+from actors.dispatcher.state import DispatcherConfig
 from broker.config import Settings
 from broker.worker import Request
 from messages.base import Message
@@ -35,17 +36,15 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @contextmanager
-def dispatcher(settings: Settings) -> Iterator[DispatcherActor]:
+def dispatcher(settings: Settings, config: DispatcherConfig | None = None
+               ) -> Iterator[DispatcherActor]:
     """The actor without its loop: requests are handed to ``serve`` directly."""
-    a = DispatcherActor(settings)
+    a = DispatcherActor(settings, config)
     try:
         yield a
     finally:
         a.on_stop()
-        a.worker.close()
-        a.client.close()
-        a.bus.close()
-        a.ctx.term()
+        a.close()
 
 
 def serve(a: DispatcherActor, message: Message, msg_id: str) -> Message:

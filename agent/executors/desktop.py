@@ -209,16 +209,31 @@ class DesktopExecutor:
             return x + (1 if x <= 0 else -1), y + (1 if y <= 0 else -1)
         return x, y
 
-    def _pointer(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
+    def _locate(self, action: Action, area: Area, before: Shot
+                ) -> tuple[int, int, dict[str, Any]] | ActionOutcome:
+        """The target's point on ``area`` (safe from the fail-safe corners) and its report
+        fields, or the outcome to report when it is not found."""
         found = self._find(action, area, before)
         if not found.found:
             return self._not_found(action, found)
         assert found.x is not None and found.y is not None
-        button, clicks = POINTER[action.type]
         x, y = self._safe(found.x, found.y)
+        return x, y, self._resolved_fields(found, area)
+
+    @staticmethod
+    def _targets(action: Action) -> bool:
+        spec = action.target_spec
+        return spec is not None and bool(spec.anchor_image_base64 or spec.x_pct is not None)
+
+    def _pointer(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
+        located = self._locate(action, area, before)
+        if isinstance(located, ActionOutcome):
+            return located
+        x, y, fields = located
+        button, clicks = POINTER[action.type]
         self.gui.click(x, y, clicks=clicks, interval=0.05, button=button)
         fx.input()
-        return ActionOutcome(success=True, **self._resolved_fields(found, area))
+        return ActionOutcome(success=True, **fields)
 
     def _type(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
         text = str(action.parameters["text"])
@@ -234,15 +249,13 @@ class DesktopExecutor:
                     "untypeable_text", target_description="the text has characters no key "
                     "types and the clipboard is not usable (Linux: install xclip)")
         fields: dict[str, Any] = {}
-        spec = action.target_spec
-        if spec is not None and (spec.anchor_image_base64 or spec.x_pct is not None):
-            found = self._find(action, area, before)
-            if not found.found:
-                return self._not_found(action, found)
-            assert found.x is not None and found.y is not None
-            self.gui.click(*self._safe(found.x, found.y))
+        if self._targets(action):
+            located = self._locate(action, area, before)
+            if isinstance(located, ActionOutcome):
+                return located
+            x, y, fields = located
+            self.gui.click(x, y)
             fx.input()
-            fields = self._resolved_fields(found, area)
         if action.parameters.get("clear_first"):
             self.gui.hotkey("ctrl", "a")
             fx.input()
@@ -291,14 +304,11 @@ class DesktopExecutor:
             return ActionOutcome.failure("invalid_parameters:scroll needs an integer delta "
                                          "(-100..100)")
         fields: dict[str, Any] = {}
-        spec = action.target_spec
-        if spec is not None and (spec.anchor_image_base64 or spec.x_pct is not None):
-            found = self._find(action, area, before)
-            if not found.found:
-                return self._not_found(action, found)
-            assert found.x is not None and found.y is not None
-            x, y = self._safe(found.x, found.y)
-            fields = self._resolved_fields(found, area)
+        if self._targets(action):
+            located = self._locate(action, area, before)
+            if isinstance(located, ActionOutcome):
+                return located
+            x, y, fields = located
         else:  # the wheel goes to the window under the pointer: keep it on the area
             x0, y0, w, h = area.rect
             px, py = self.gui.position()

@@ -73,6 +73,8 @@ SHUTDOWN_GRACE_S = 3.0
 LOOP_WAIT_S = 0.25
 PROGRESS_MARGIN_S = 30.0
 """Beyond the time an action says it may wait for a person, before the watchdog worries."""
+CLAIM_WAIT_MAX_S = 0.5
+"""The longest wait between two claims the dispatcher answered "not yet"."""
 
 
 class AgentError(RuntimeError):
@@ -233,15 +235,19 @@ class Agent:
         self.outbox.send(f"report:{replay_id}:{action_id}", DISPATCHER, report, msg_id,
                          on_reply)
 
-    def _claim(self, dispatch: DispatchAction,
-               done: Callable[[bool, str | None], None]) -> None:
-        """Ask the dispatcher whether ``dispatch`` may run now (agent/serve.py)."""
+    def _claim(self, dispatch: DispatchAction, done: Callable[[bool, str | None], None],
+               wait_s: float = 0.0) -> None:
+        """Ask the dispatcher whether ``dispatch`` may run now (agent/serve.py), in
+        ``wait_s``; asked again, twice as late each time, while it answers "not yet"."""
         claim = ClaimAttempt(replay_id=dispatch.replay_id, machine_id=self.machine_id,
                              action_id=dispatch.action.action_id,
                              attempt_id=dispatch.attempt_id)
 
         def on_reply(body: Message) -> bool:
-            if isinstance(body, ClaimReply):
+            if isinstance(body, ClaimReply) and not body.granted and body.retry_in_s:
+                self._claim(dispatch, done, min(CLAIM_WAIT_MAX_S,
+                                                max(body.retry_in_s, 2 * wait_s)))
+            elif isinstance(body, ClaimReply):
                 done(body.granted, body.reason)
             elif isinstance(body, ErrorReply) and body.code == "unsupported_type":
                 done(True, None)  # a dispatcher older than claims: it never refuses
@@ -252,7 +258,8 @@ class Agent:
             return True
 
         # Keyed by attempt: the claim of the next attempt may be sent from this one's answer.
-        self.outbox.send(f"claim:{dispatch.attempt_id}", DISPATCHER, claim, new_id(), on_reply)
+        self.outbox.send(f"claim:{dispatch.attempt_id}", DISPATCHER, claim, new_id(), on_reply,
+                         delay_s=wait_s)
 
     def _hello(self) -> None:
         unacked = [e.outbox_attempt for e in self.ledger.unacked() if e.outbox_attempt]

@@ -101,10 +101,15 @@ class Retrying:
         self._entries: dict[str, _Entry] = {}
 
     def send(self, key: str, service: str, message: Message, msg_id: str,
-             on_reply: OnReply) -> None:
+             on_reply: OnReply, delay_s: float = 0.0) -> None:
+        """Send now, or after ``delay_s`` (at a :meth:`tick`)."""
         entry = _Entry(service, message, msg_id, on_reply)
         self._entries[key] = entry
-        self._fire(key, entry, time.monotonic())
+        now = time.monotonic()
+        if delay_s > 0:
+            entry.due_at = now + delay_s
+        else:
+            self._fire(key, entry, now)
 
     def cancel(self, key: str) -> None:
         self._entries.pop(key, None)
@@ -144,7 +149,8 @@ class Retrying:
             logger.exception("handling the answer to {} failed", key)
             settled = False
         if settled:
-            del self._entries[key]
+            if self._entries.get(key) is entry:  # on_reply may have sent anew under key
+                del self._entries[key]
         else:
             # Answered, but not as hoped (an error): wait out this try's delay anyway so a
             # refusing dispatcher is not flooded.

@@ -59,7 +59,11 @@ class ClaimAttempt(Message, type_name="action.claim"):
 
 class ClaimReply(Message, type_name="action.claim_reply"):
     granted: bool
-    reason: str | None = None  # why not: not_current, wrong_machine
+    reason: str | None = None  # why not: not_current, wrong_machine, verdict_pending
+    retry_in_s: float | None = Field(None, gt=0, le=60)
+    """Not refused, not yet: claim again after this long (twice as long each time). Set
+    while a loop verdict on the step before is pending (actors/dispatcher/consult_inputs.py);
+    the verdict usually comes within milliseconds."""
 
 
 class ActionProgress(Message, type_name="action.progress"):

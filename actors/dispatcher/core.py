@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.dispatcher import consult, rules
+from actors.dispatcher import rules
+from actors.dispatcher.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING, ConsultInputs
 from actors.dispatcher.effects import Decision, Notify, RecordReport, TrackInFlight
 from actors.dispatcher.engine import Tx, who
 from actors.dispatcher.state import (
@@ -44,7 +45,6 @@ from actors.dispatcher.state import (
 )
 from actors.dispatcher.watchdog_inputs import WatchdogInputs
 from messages import events
-from messages.base import Message
 from messages.control import ErrorReply
 from messages.dispatch import (
     ActionProgress,
@@ -70,7 +70,7 @@ from messages.replay import (
 from messages.setup_chain import with_setup
 
 
-class DispatcherCore(WatchdogInputs):
+class DispatcherCore(WatchdogInputs, ConsultInputs):
     """Owns replays, queues and in-flight actions; decides, never performs."""
 
     # Control ------------------------------------------------------------------------------
@@ -290,6 +290,9 @@ class DispatcherCore(WatchdogInputs):
             return Decision(ClaimReply(granted=False, reason="not_current"))
         if sender_machine != r.inflight.machine_id or msg.machine_id != r.inflight.machine_id:
             return Decision(ClaimReply(granted=False, reason="wrong_machine"))
+        if self.claim_waits(r):
+            return Decision(ClaimReply(granted=False, reason=VERDICT_PENDING,
+                                       retry_in_s=CLAIM_RETRY_S))
         r.inflight.claimed = True
         return Decision(ClaimReply(granted=True))
 
@@ -311,47 +314,12 @@ class DispatcherCore(WatchdogInputs):
         tx.audit("action_progress", **info)
         return tx.done(Ack(status="noted"))
 
-    def consulted(self, replay_id: str, token: str, answer: Message | None,
-                  error: str | None, now: float) -> Decision:
-        """Another actor answered (or did not, ``answer`` None) a replay's consultation."""
-        r = self.replays.get(replay_id)
-        a = r.awaiting if r is not None else None
-        if r is None or a is None or a.token != token:
-            return Decision(Ack(status="stale"))
-        tx = Tx(now)
-        r.awaiting = None
-        tx.touch(r)
-        if a.kind == "route" and a.action is not None:
-            where = consult.resolution(answer)
-            self._dispatch_now(r, a.action, where, tx)
-        elif a.kind == "payload" and a.action is not None:
-            human, checks = consult.pause_payload(answer, a.action, self.config)
-            self._pause(r, tx, human, a.action, checks=checks, counts_step=True)
-        else:
-            loop = consult.loop_pause(answer)
-            if loop is not None:
-                tx.event(events.LOOP_DETECTED, **who(r), **loop.detail)
-                self._pause(r, tx, loop, None)
-            else:
-                if answer is None:
-                    tx.event(events.LOOP_CHECK_MISSED, **who(r), error=error)
-                self._advance(r, tx)
-        if answer is None and a.kind != "loop":
-            tx.event(events.CONSULT_MISSED, **who(r), kind=a.kind, error=error)
-        if answer is None and a.kind == "payload" and r.pause is not None:
-            # The actor that says these did not answer: the dispatcher says them.
-            ids = {"action_id": r.pause.action_id, **who(r)}
-            tx.event(events.SAFETY_CHECKS_LLM_FAILED, **ids, cause="safety_checks_unavailable",
-                     detail=error)
-            tx.event(events.SAFETY_CHECKS_GENERATED, **ids, count=len(r.pause.safety_checks),
-                     sources=[c.source for c in r.pause.safety_checks])
-        return tx.done(Ack(status="applied"))
-
     def recover(self, now: float) -> Decision:
         """After a restart from the store: resend every in-flight action with a new attempt."""
         tx = Tx(now)
         resent: list[str] = []
         for r in self._active():
+            r.loop_pending.clear()  # verdicts lost with the restart are not asked again
             if r.inflight is not None:
                 resent.append(r.inflight.action.action_id)
                 self._redispatch(r, "dispatcher_restarted", tx, orphan=False)
@@ -408,9 +376,8 @@ class DispatcherCore(WatchdogInputs):
                             failed=action)
         r.last_screenshot = msg.screenshot_after or msg.screenshot_before or r.last_screenshot
         if self.config.loop_detector and r.status == "running" and r.queue_len():
-            self._consult(r, "loop", None, tx, consult.observe_request(r, entry, msg))
-        else:
-            self._advance(r, tx)
+            self._observe(r, entry, msg, tx)  # the verdict is pipelined (consult_inputs.py)
+        self._advance(r, tx)
 
 def _not_found(replay_id: str) -> ErrorReply:
     return ErrorReply(code="not_found", message=f"no replay {replay_id}",

@@ -149,8 +149,10 @@ class Engine:
 
     def _drop_awaiting(self, r: ReplayState) -> None:
         """Stop waiting (a pause or the end came first); an action taken off the queue for
-        it goes back to the head, and its answer, when it comes, is stale."""
+        it goes back to the head, and its answer, when it comes, is stale; so are the loop
+        verdicts still pending."""
         a, r.awaiting = r.awaiting, None
+        r.loop_pending.clear()
         if a is not None and a.action is not None and r.active:
             r.inserted.insert(0, a.action)
 
@@ -227,6 +229,7 @@ class Engine:
         """D4 / I4: no queue and nothing in flight once a replay is finished."""
         self._untrack(r, tx)
         r.awaiting = None
+        r.loop_pending.clear()
         r.clear_queue()
         r.last_screenshot = None
         tx.touch(r)

@@ -128,6 +128,10 @@ class ReplayState:
     awaiting: Awaiting | None = None
     # The last screenshot an agent reported, for the safety checks' model; memory only.
     last_screenshot: bytes | None = None
+    # Tokens of the loop verdicts asked and not answered yet, oldest first; memory only (a
+    # verdict lost with a restart is not asked again). While any is pending, no input action
+    # of this replay is granted its claim (consult_inputs.py).
+    loop_pending: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:

@@ -1,7 +1,7 @@
 """A looping agent is stopped; a working one never is (spec/02 Task 17, issue 5).
 
-The whole tree and a simulated agent: the dispatcher consults the loop detector after
-every report, before the next dispatch. An agent whose inputs change nothing (scenario
+The whole tree and a simulated agent: the dispatcher shows every report to the loop
+detector, and no input of the next step runs before its verdict. An agent whose inputs change nothing (scenario
 ``loop``) makes its replay pause ``loop_detected`` within the configured captures, with
 the signal and its evidence in the message; the same workflow on a screen that moves on
 completes with no pause, even with a clock ticking; the kill switch lets the loop run out.
@@ -9,12 +9,14 @@ completes with no pause, even with a clock ticking; the kill switch lets the loo
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 from actors.loop_detector.config import LoopConfig
 from tests.conftest import Spawn
-from tests.integration.probes import ready_agent
+from tests.integration.probes import hold, ready_agent
 from tests.integration.system import System, workflow
 from tests.unit.test_loop_simulated import WORKFLOW
 
@@ -58,3 +60,25 @@ def test_the_kill_switch_lets_a_looping_agent_run_out(spawn: Spawn, lea_env: Env
     rid = system.start(workflow(*steps(N + 6)), "L3")
     s = system.wait_status(rid, "completed", PAUSED)
     assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0)
+
+
+def test_an_input_waits_for_the_verdict_on_the_step_before(spawn: Spawn, lea_env: Env,
+                                                           tmp_path: Path) -> None:
+    """The next step is dispatched without waiting for the verdict, but its input is not
+    granted until the verdict is in: with the detector frozen, s1 reaches the agent and does
+    not run; once the detector answers, it does (consult_inputs.py). The supervisor is told
+    to be patient with the frozen detector, and the verdict timeout is long."""
+    system = System(spawn, lea_env, tmp_path, {"RPA_LOOP_DETECTOR_TIMEOUT_S": "60",
+                                                 "LEA_BEACON_TIMEOUT_S": "60"})
+    agent = ready_agent(system, "L4")
+    frozen = system.kill("loop_detector", signal.SIGSTOP)
+    try:
+        rid = system.start(workflow(*steps(3)), "L4")
+        system.wait_status(rid, "running", where=lambda s: s.current_action_id == "s1")
+        hold(lambda: [e["action_id"] for e in agent.effects()] == ["s0"], for_s=2.0)
+        assert system.status(rid).current_action_id == "s1"
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    s = system.wait_status(rid, "completed", PAUSED)
+    assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0)
+    assert [e["action_id"] for e in agent.effects()] == ["s0", "s1", "s2"]

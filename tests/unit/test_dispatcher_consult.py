@@ -5,16 +5,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from actors.dispatcher.consult import LOOP_DETECTED
+from actors.dispatcher.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
 from actors.dispatcher.effects import Consult, Decision, Notify, TrackInFlight
 from actors.dispatcher.state import DispatcherConfig
 from actors.watchdog.core import WatchdogConfig, WatchdogCore
 from messages import events
-from messages.dispatch import ActionProgress, AgentHello, ClaimAttempt, ClaimReply
+from messages.dispatch import (
+    ActionProgress,
+    AgentHello,
+    ClaimAttempt,
+    ClaimReply,
+    DispatchAction,
+)
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.monitor import MonitorResolution, ResolveMonitor
 from messages.replay import Ack, PauseReplay, SafetyCheck
 from messages.safety import LLM_UNAVAILABLE_CHECK_ID, BuildPausePayload, PausePayload
-from tests.unit.test_dispatcher_core import H, act, event, of, sent, topics, wf
+from tests.unit.test_dispatcher_core import H, act, audits, event, of, sent, topics, wf
 
 ALL = DispatcherConfig(loop_detector=True, monitor_router=True, safety_checks=True)
 SCREEN2 = MonitorResolution(idx=1, offset_x=1920, offset_y=0, w=1280, h=1024, source="action")
@@ -28,10 +35,28 @@ def consults(d: Decision) -> list[Consult]:
 
 
 def answer(h: H, rid: str, reply: object, error: str | None = None) -> Decision:
-    """Answer the replay's pending consultation."""
-    a = h.replay(rid).awaiting
-    assert a is not None, f"{rid} awaits nothing"
-    return h.do(h.core.consulted(rid, a.token, reply, error, h.now))  # type: ignore[arg-type]
+    """Answer the replay's oldest pending loop verdict, else its pending consultation."""
+    r = h.replay(rid)
+    token = r.loop_pending[0] if r.loop_pending else (
+        r.awaiting.token if r.awaiting is not None else None)
+    assert token is not None, f"{rid} awaits nothing"
+    return h.do(h.core.consulted(rid, token, reply, error, h.now))  # type: ignore[arg-type]
+
+
+def claim(h: H, rid: str) -> ClaimReply:
+    """The agent claims the attempt in flight."""
+    e = h.cur(rid)
+    return claim_of(h, rid, DispatchAction.model_construct(action=e.action,
+                                                           attempt_id=e.attempt_id))
+
+
+def claim_of(h: H, rid: str, dispatch: DispatchAction) -> ClaimReply:
+    """The agent claims ``dispatch``."""
+    reply = h.core.claim(ClaimAttempt(replay_id=rid, machine_id="m1",
+                                      action_id=dispatch.action.action_id,
+                                      attempt_id=dispatch.attempt_id), "m1", h.now).reply
+    assert isinstance(reply, ClaimReply)
+    return reply
 
 
 def test_a_screen_action_waits_for_its_monitor_then_carries_it() -> None:
@@ -120,15 +145,19 @@ def test_without_an_answer_the_declared_checks_are_used_and_closed_mode_adds_one
         assert event(d, events.SAFETY_CHECKS_GENERATED)["count"] == len(expected)
 
 
-def test_loop_verdict_comes_before_the_next_dispatch() -> None:
+def test_the_next_step_goes_at_once_and_its_input_waits_for_the_verdict() -> None:
     h = H(DispatcherConfig(loop_detector=True))
     rid, _ = h.start(wf(act("s1"), act("s2")))
     d = h.report(rid, screenshot_after=PNG)
     (c,) = consults(d)
     assert isinstance(c.message, ObserveStep) and c.message.screenshot_after == PNG
-    assert c.message.base_action_id == "s1" and sent(d) == []
-    d = answer(h, rid, LoopVerdict(detected=False))
+    assert c.message.base_action_id == "s1"
+    # Pipelined: s2 is dispatched with the report, but its click is not granted yet.
     assert [m.action.action_id for m in sent(d)] == ["s2"]
+    assert claim(h, rid).reason == VERDICT_PENDING and claim(h, rid).retry_in_s
+    d = answer(h, rid, LoopVerdict(detected=False))
+    assert d.changed == set() and d.effects == []  # nothing to store, nothing to send
+    assert claim(h, rid) == ClaimReply(granted=True)
     # The last report completes the replay: no verdict to wait for, the rings are freed.
     d = h.report(rid)
     assert h.status(rid).status == "completed" and consults(d) == []
@@ -138,15 +167,46 @@ def test_loop_verdict_comes_before_the_next_dispatch() -> None:
 def test_a_loop_verdict_pauses_with_the_signal_and_its_evidence() -> None:
     h = H(DispatcherConfig(loop_detector=True))
     rid, _ = h.start(wf("s1", "s2"))
-    h.report(rid)
+    withdrawn = sent(h.report(rid))[0]
     d = answer(h, rid, LoopVerdict(detected=True, reason="same click", signal="action_repeat",
                                    evidence={"repeats": 3}))
     s = h.status(rid)
     assert (s.status, s.pause_reason) == ("paused_need_help", LOOP_DETECTED)
     assert s.pause_message == "Léa semble bloquée — action_repeat (repeats=3)"
     assert event(d, events.LOOP_DETECTED)["signal"] == "action_repeat"
-    assert sent(d) == []
-    assert [m.action.action_id for m in sent(h.resume(rid))] == ["s2"]
+    # The click dispatched meanwhile was never granted: taken back, it runs on resume.
+    assert sent(d) == [] and s.current_action_id is None
+    assert event(d, events.ACTION_WITHDRAWN)["attempt_id"] == withdrawn.attempt_id
+    assert "action_withdrawn" in audits(d)
+    assert claim_of(h, rid, withdrawn) == ClaimReply(granted=False, reason="not_current")
+    (again,) = sent(h.resume(rid))
+    assert again.action.action_id == "s2" and again.attempt_id != withdrawn.attempt_id
+    assert claim(h, rid) == ClaimReply(granted=True)
+
+
+def test_an_action_without_input_runs_ahead_of_the_verdicts_a_few_steps_at_most() -> None:
+    h = H(DispatcherConfig(loop_detector=True))
+    steps = [act(f"w{i}", "wait") for i in range(MAX_PENDING_VERDICTS + 2)] + [act("c")]
+    rid, _ = h.start(wf(*steps))
+    for i in range(MAX_PENDING_VERDICTS):
+        d = h.report(rid)  # no verdict answered yet: the next wait goes anyway
+        assert [m.action.action_id for m in sent(d)] == [f"w{i + 1}"]
+    d = h.report(rid)  # one step too far ahead: this one waits for a verdict
+    assert sent(d) == [] and h.status(rid).current_action_state == "awaiting_loop"
+    assert len(consults(d)) == 1
+    for _ in range(MAX_PENDING_VERDICTS):
+        assert sent(answer(h, rid, LoopVerdict(detected=False))) == []
+    d = answer(h, rid, LoopVerdict(detected=False))
+    assert [m.action.action_id for m in sent(d)] == [f"w{MAX_PENDING_VERDICTS + 1}"]
+    # A loop verdict while a wait is in flight lets the wait finish (D8), then pauses.
+    h.report(rid)
+    assert h.cur(rid).action.action_id == "c"
+    h2 = H(DispatcherConfig(loop_detector=True))
+    rid2, _ = h2.start(wf(act("w0", "wait"), act("w1", "wait"), act("c")))
+    h2.report(rid2)
+    d = answer(h2, rid2, LoopVerdict(detected=True, reason="x", signal="screen_static"))
+    assert h2.status(rid2).status == "paused_need_help"
+    assert h2.cur(rid2).action.action_id == "w1" and events.ACTION_WITHDRAWN not in topics(d)
 
 
 def test_a_screenshot_the_detector_cannot_read_is_left_out_not_fatal() -> None:
@@ -159,10 +219,11 @@ def test_a_screenshot_the_detector_cannot_read_is_left_out_not_fatal() -> None:
 def test_no_verdict_in_time_lets_the_replay_go_on_with_an_event() -> None:
     h = H(DispatcherConfig(loop_detector=True))
     rid, _ = h.start(wf("s1", "s2"))
-    h.report(rid)
+    assert [m.action.action_id for m in sent(h.report(rid))] == ["s2"]
+    assert claim(h, rid).reason == VERDICT_PENDING
     d = answer(h, rid, None, "timeout")
-    assert [m.action.action_id for m in sent(d)] == ["s2"]
-    assert events.LOOP_CHECK_MISSED in topics(d)
+    assert events.LOOP_CHECK_MISSED in topics(d) and h.status(rid).status == "running"
+    assert claim(h, rid) == ClaimReply(granted=True)
 
 
 def test_recovery_asks_a_pending_route_again_and_skips_a_lost_verdict() -> None:
@@ -176,6 +237,7 @@ def test_recovery_asks_a_pending_route_again_and_skips_a_lost_verdict() -> None:
     h.report(rid)
     h2 = H(DispatcherConfig(loop_detector=True), state=h.core.state, first_id=100)
     assert [m.action.action_id for m in sent(h2.do(h2.core.recover(h2.now)))] == ["s2"]
+    assert claim(h2, rid) == ClaimReply(granted=True)  # the lost verdict holds nothing
 
 
 def test_cancel_while_waiting_purges_everything() -> None:
@@ -256,7 +318,6 @@ def test_the_detector_counts_retries_run_so_the_dispatchers_pause_comes_first() 
         (c,) = consults(h.report(rid, success=False, error="target_not_found"))
         assert isinstance(c.message, ObserveStep)
         counts.append(c.message.retry_count)
-        answer(h, rid, LoopVerdict(detected=False))
     assert counts == [0, 1, 2]
     d = h.report(rid, success=False, error="target_not_found")  # s1_retry3 fails
     assert consults(d) == [] and h.status(rid).pause_reason == "target_not_found"

@@ -1,0 +1,122 @@
+"""The answers of the actors the dispatcher consults, and the loop verdicts it does not wait for.
+
+A mixin of :class:`~actors.dispatcher.core.DispatcherCore` (same pure rules: one input and
+the time in, a Decision out).
+
+Loop verdicts are *pipelined*. After an accepted report the step is shown to the loop
+detector and the next action is dispatched at once, without waiting for the verdict: the
+detector's round trip stays off the path of every step. What a verdict must stop is input
+to the workstation, and every input action is claimed by the agent before it runs
+(core.claim): while a verdict is pending the claim is answered "not yet"
+(:data:`VERDICT_PENDING`, ``retry_in_s``) and the agent asks again. (Not held unanswered: a
+Majordomo worker serves one request at a time, holding one would stop the dispatcher.) A
+verdict that says "loop" pauses the replay and withdraws the action
+in flight if it is an input action, which was then never granted: it goes back to the head
+of the queue and runs on resume. An action without input (``wait``, ``verify_screen``...)
+dispatched meanwhile is let finish, as any action in flight at a pause (D8). So no click,
+typing, key or scroll happens after a step the detector judges a loop, exactly as when
+the dispatcher waited; and at most :data:`MAX_PENDING_VERDICTS` steps are ahead of their
+verdicts (beyond that, the replay waits for one, ``awaiting_loop``).
+"""
+
+from __future__ import annotations
+
+from actors.dispatcher import consult
+from actors.dispatcher.effects import Consult, Decision
+from actors.dispatcher.engine import Engine, Tx, who
+from actors.dispatcher.state import InFlightEntry, ReplayState
+from messages import events
+from messages.base import Message
+from messages.dispatch import ActionReport
+from messages.replay import Ack
+from messages.workflow import INPUT_TYPES
+
+MAX_PENDING_VERDICTS = 4
+"""Steps a replay may run ahead of their loop verdicts (only actions without input can)."""
+VERDICT_PENDING = "verdict_pending"
+"""A claim's answer while a loop verdict is pending: not refused, ask again."""
+CLAIM_RETRY_S = 0.005
+"""... after this long, twice as long each time (the agent's side): a verdict takes about a
+broker round trip, a GUI action hundreds of milliseconds."""
+
+
+class ConsultInputs(Engine):
+    """The consulted actors' side of the core."""
+
+    def _observe(self, r: ReplayState, entry: InFlightEntry, report: ActionReport,
+                 tx: Tx) -> None:
+        """Show an accepted report to the loop detector; the caller goes on at once, unless
+        this made the replay wait (too far ahead of the verdicts already asked)."""
+        observe = consult.observe_request(r, entry, report)
+        if len(r.loop_pending) >= MAX_PENDING_VERDICTS:
+            self._consult(r, "loop", None, tx, observe)
+            return
+        token = self._new_id()
+        r.loop_pending.append(token)
+        tx.effects.append(Consult("loop_detector", r.replay_id, token, observe,
+                                  self.config.loop_timeout_s))
+
+    def consulted(self, replay_id: str, token: str, answer: Message | None,
+                  error: str | None, now: float) -> Decision:
+        """Another actor answered (or did not, ``answer`` None) a replay's consultation."""
+        r = self.replays.get(replay_id)
+        if r is not None and token in r.loop_pending:
+            return self._verdict(r, token, answer, error, now)
+        a = r.awaiting if r is not None else None
+        if r is None or a is None or a.token != token:
+            return Decision(Ack(status="stale"))
+        tx = Tx(now)
+        r.awaiting = None
+        tx.touch(r)
+        if a.kind == "route" and a.action is not None:
+            where = consult.resolution(answer)
+            self._dispatch_now(r, a.action, where, tx)
+        elif a.kind == "payload" and a.action is not None:
+            human, checks = consult.pause_payload(answer, a.action, self.config)
+            self._pause(r, tx, human, a.action, checks=checks, counts_step=True)
+        elif not self._loop_paused(r, answer, error, tx):
+            self._advance(r, tx)
+        if answer is None and a.kind != "loop":
+            tx.event(events.CONSULT_MISSED, **who(r), kind=a.kind, error=error)
+        if answer is None and a.kind == "payload" and r.pause is not None:
+            # The actor that says these did not answer: the dispatcher says them.
+            ids = {"action_id": r.pause.action_id, **who(r)}
+            tx.event(events.SAFETY_CHECKS_LLM_FAILED, **ids, cause="safety_checks_unavailable",
+                     detail=error)
+            tx.event(events.SAFETY_CHECKS_GENERATED, **ids, count=len(r.pause.safety_checks),
+                     sources=[c.source for c in r.pause.safety_checks])
+        return tx.done(Ack(status="applied"))
+
+    def _verdict(self, r: ReplayState, token: str, answer: Message | None,
+                 error: str | None, now: float) -> Decision:
+        """A pipelined loop verdict: nothing to do unless it says "loop" (then pause, and
+        withdraw an input action in flight: its claim was held, it never ran)."""
+        r.loop_pending.remove(token)
+        tx = Tx(now)
+        e = r.inflight
+        if (r.status == "running" and consult.loop_pause(answer) is not None
+                and e is not None and e.action.type in INPUT_TYPES and not e.claimed):
+            self._untrack(r, tx)
+            r.inserted.insert(0, e.action)
+            info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
+                    "reason": "loop_detected"}
+            tx.event(events.ACTION_WITHDRAWN, **info)
+            tx.audit("action_withdrawn", **info)
+        self._loop_paused(r, answer, error, tx)
+        return tx.done(Ack(status="applied"))
+
+    def _loop_paused(self, r: ReplayState, answer: Message | None, error: str | None,
+                     tx: Tx) -> bool:
+        """Pause ``r`` if the verdict says so (True); an unanswered check is an event."""
+        loop = consult.loop_pause(answer)
+        if loop is not None and r.status == "running":
+            tx.event(events.LOOP_DETECTED, **who(r), **loop.detail)
+            self._pause(r, tx, loop, None)
+            return True
+        if answer is None:
+            tx.event(events.LOOP_CHECK_MISSED, **who(r), error=error)
+        return False
+
+    def claim_waits(self, r: ReplayState) -> bool:
+        """Whether ``r``'s input must wait: a loop verdict on an earlier step is pending."""
+        return bool(r.loop_pending)

@@ -8,7 +8,11 @@ acknowledged are sent again under the same ``record_id`` (``{source}:{store id}:
 which audit_log stores once.
 
 It never blocks: it is driven by ``tick(now)`` from the sender's loop and by the reply
-callback of a non-blocking MDP client call.
+callback of a non-blocking MDP client call. An acknowledgement sends the next batch at once
+only when the last one was full (more is surely waiting); otherwise the owner's next tick
+does, so that records committed meanwhile go together: audit_log pays mostly per request
+(one fsync'ed commit each), and sending again on every acknowledgement made batches of ~5
+records under load, for twice audit_log's CPU per step (bench/throughput.py).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import base64
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from loguru import logger
 
@@ -50,13 +54,42 @@ Call = Callable[[str, Message, Callable[[Envelope[Message] | None, CallFailed | 
 """A non-blocking client call: ``(service, message, callback, timeout_s, retries)``."""
 
 
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def is_plain_json(value: Any) -> bool:
+    """Whether ``value`` is plain JSON made of the exact built-in types (dict with str keys,
+    list, str, int, bool, None, finite float): what :func:`plain_json` gives back as is.
+
+    A walk that builds nothing, ten times cheaper than the conversion: records read back
+    from an outbox (msgpack or JSON) almost always pass it."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        for k, v in value.items():
+            if type(k) is not str or (type(v) not in _SCALARS and not is_plain_json(v)):
+                return False
+        return True
+    if kind is list:
+        return all(type(v) in _SCALARS or is_plain_json(v) for v in value)
+    return False
+
+
 def plain_json(value: Any) -> Any:
     """``value`` as plain JSON: bytes as ``{"base64": ...}``, tuples as lists, NaN as None,
-    anything else unknown as its ``str``."""
+    anything else unknown as its ``str``. ``value`` itself when it is already plain JSON
+    (:func:`is_plain_json`): the same content, not a copy."""
+    return value if is_plain_json(value) else _converted(value)
+
+
+def _converted(value: Any) -> Any:
     if isinstance(value, dict):
-        return {str(k): plain_json(v) for k, v in value.items()}
+        return {str(k): _converted(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [plain_json(v) for v in value]
+        return [_converted(v) for v in value]
     if isinstance(value, bytes):
         return {"base64": base64.b64encode(value).decode()}
     if isinstance(value, float) and not math.isfinite(value):
@@ -77,7 +110,7 @@ def checked(record: AuditRecordIn) -> tuple[AuditRecordIn, int]:
                  record.record_id, record.kind, encoded.message)
     stand_in = AuditRecordIn(
         record_id=record.record_id, source=record.source, kind="record_refused",
-        replay_id=record.replay_id, at=record.at,
+        replay_id=record.replay_id, at=record.at if math.isfinite(record.at) else 0.0,
         data={"kind": record.kind, "code": encoded.code, "problem": encoded.message[:500]})
     return stand_in, 1024
 
@@ -121,9 +154,11 @@ class AuditSender:
         ids: list[int] = []
         records: list[AuditRecordIn] = []
         size = 0
+        full = False  # more is waiting: send it as soon as this batch is acknowledged
         for i, raw in self._pending(self._cursor, BATCH):
             record, n = checked(raw)
             if records and size + n > BATCH_BYTES:
+                full = True
                 break
             ids.append(i)
             records.append(record)
@@ -131,13 +166,15 @@ class AuditSender:
         if not records:
             self._idle = True
             return
+        full = full or len(records) >= BATCH
         self._busy = True
 
         def answered(reply: Envelope[Message] | None, error: CallFailed | None) -> None:
             self._busy = False
             if reply is not None and isinstance(reply.body, RecordsAcked):
                 self._done(ids)
-                self.tick(now)
+                if full:
+                    self.tick(now)
                 return
             why = error if error is not None else (reply.body if reply else None)
             logger.warning("{}: audit_log did not take {} record(s): {}", self._label,

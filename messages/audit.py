@@ -23,6 +23,7 @@ MAX_SCREENSHOT_BYTES: Final = 8 * 1024 * 1024
 MAX_DATA_BYTES: Final = 256 * 1024
 """Size of a record's ``data`` as canonical JSON (LLM prompts and answers fit)."""
 MAX_PAGE_RECORDS: Final = 1000
+MAX_REPLAY_ID: Final = 128
 RESERVED_SOURCE: Final = "audit_log"
 """Records of this source are written by audit_log itself (e.g. ``screenshots_pruned``)."""
 
@@ -39,7 +40,7 @@ class AuditRecordIn(Message):
     """Globally unique, chosen by the sender; the idempotency key."""
     source: str = Field(min_length=1, max_length=64, pattern=_NAME)
     kind: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    replay_id: str | None = Field(None, min_length=1, max_length=128)
+    replay_id: str | None = Field(None, min_length=1, max_length=MAX_REPLAY_ID)
     at: StrictFloat
     """When it happened, epoch seconds, by the sender's clock."""
     data: dict[str, Any] = Field(default_factory=dict)
@@ -179,11 +180,16 @@ def json_problem(value: Any, path: str = "data") -> str | None:
     return f"{path}: {type(value).__name__} is not JSON"
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+"""What ``json.dumps`` with these options builds at each call (the same class, the same
+options, so the same bytes: a unit test checks), built once: both sides encode every record."""
+
+
 def canonical_json(value: Any) -> bytes:
     """The one byte string of a JSON value: UTF-8, keys sorted, no whitespace, no NaN
     (ValueError / TypeError if it is not JSON). The audit chain hashes this form."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def encode_record(record: AuditRecordIn) -> bytes | AppendProblem:

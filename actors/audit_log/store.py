@@ -258,11 +258,12 @@ class AuditStore:
             sizes = self.files.put_many(images) if images else {}
             db.executemany(f"INSERT INTO records ({_COLUMNS}) VALUES "
                            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            db.executemany(
-                "INSERT INTO screenshots (sha256, size, last_seen_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (sha256) DO UPDATE SET last_seen_at = excluded.last_seen_at, "
-                "pruned_at = NULL, removed = 0",
-                [(d, size, stored_at) for d, size in sizes.items()])
+            if sizes:
+                db.executemany(
+                    "INSERT INTO screenshots (sha256, size, last_seen_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (sha256) DO UPDATE SET last_seen_at = excluded.last_seen_at, "
+                    "pruned_at = NULL, removed = 0",
+                    [(d, size, stored_at) for d, size in sizes.items()])
         result.head_seq = seq + len(rows)
         if rows:
             self._head = Anchor(result.head_seq, prev)

@@ -7,10 +7,15 @@ shared :class:`actors.audit_sender.AuditSender` sends them from there, under the
 
 from __future__ import annotations
 
+import math
+
+from loguru import logger
+from pydantic import ValidationError
+
 from actors.audit_sender import Pending, plain_json
 from actors.dispatcher.effects import AuditRecord
 from actors.dispatcher.store import DispatcherStore
-from messages.audit import AuditRecordIn
+from messages.audit import MAX_REPLAY_ID, AuditRecordIn
 
 SOURCE = "dispatcher"
 _SCREENSHOTS = {"screenshot_before": "before", "screenshot_after": "after"}
@@ -33,10 +38,31 @@ def audit_record(store_id: str, outbox_id: int, effect: AuditRecord) -> AuditRec
     # or `audit show REPLAY_ID` would miss every report.
     replay_id = data.get("replay_id", report.get("replay_id") if isinstance(report, dict)
                          else None)
-    return AuditRecordIn(
-        record_id=f"{SOURCE}:{store_id}:{outbox_id}", source=SOURCE, kind=effect.kind,
-        replay_id=replay_id if isinstance(replay_id, str) and replay_id else None,
-        at=float(at), data=plain_json(data), screenshots=shots)
+    # An agent's report may name any replay id: one the trail cannot index stays in the data
+    # only (refusing the record would hold up every record behind it).
+    if not isinstance(replay_id, str) or not 1 <= len(replay_id) <= MAX_REPLAY_ID:
+        replay_id = None
+    record_id = f"{SOURCE}:{store_id}:{outbox_id}"
+    if not isinstance(at, int | float) or not math.isfinite(at):
+        return _refused(record_id, effect.kind, replay_id, f"at: {at!r} is not a finite time")
+    try:
+        return AuditRecordIn(record_id=record_id, source=SOURCE, kind=effect.kind,
+                             replay_id=replay_id, at=float(at), data=plain_json(data),
+                             screenshots=shots)
+    except ValidationError as exc:
+        return _refused(record_id, effect.kind, replay_id, str(exc))
+
+
+def _refused(record_id: str, kind: str, replay_id: str | None, problem: str) -> AuditRecordIn:
+    """In place of a record that cannot even be built (never the case with the core's own
+    kinds and times): built anew at every tick, it would hold up every record behind it;
+    its place in the trail says why instead."""
+    logger.error("dispatcher: audit record {} ({}) cannot be sent: {}", record_id, kind,
+                 problem)
+    return AuditRecordIn(record_id=record_id, source=SOURCE, kind="record_refused",
+                         replay_id=replay_id, at=0.0,
+                         data={"kind": str(kind)[:200], "code": "invalid_data",
+                               "problem": problem[:500]})
 
 
 def outbox_records(store: DispatcherStore) -> Pending:

@@ -79,7 +79,8 @@ _FLUSH_SENT_S = 0.2
 # timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
 _AUDIT_S = 0.05
-"""How often audit records committed since are sent (a batch at a time; acks drive more)."""
+"""How often audit records committed since are sent (a batch at a time; an ack sends the next
+batch at once only when the last one was full)."""
 
 
 def _new_id() -> str:

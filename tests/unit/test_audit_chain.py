@@ -67,6 +67,21 @@ _json = st.recursive(
     max_leaves=12)
 
 
+@settings(max_examples=200, deadline=None)
+@given(value=_json)
+def test_canonical_is_the_json_dumps_form_chains_were_sealed_with(value: object) -> None:
+    """One encoder made once gives the same bytes as ``json.dumps`` with the same options at
+    each call (how canonical was first written): every chain sealed so far still verifies."""
+    try:
+        expected = json.dumps(value, sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: refused either way
+        with pytest.raises(UnicodeEncodeError):
+            canonical(value)
+        return
+    assert canonical(value) == expected
+
+
 @settings(max_examples=150, deadline=None)
 @given(seq=st.integers(1, 2**62), record_id=st.text(min_size=1), kind=st.text(),
        source=st.text(), replay_id=st.none() | st.text(),

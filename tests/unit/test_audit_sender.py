@@ -3,9 +3,16 @@ and the shared sender (actors/audit_sender.py): order, one batch at a time, retr
 
 from __future__ import annotations
 
+import base64
+import enum
+import math
 from collections.abc import Callable
+from typing import Any
 
-from actors.audit_sender import BATCH, RETRY_S, AuditSender, checked
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.audit_sender import BATCH, RETRY_S, AuditSender, checked, is_plain_json, plain_json
 from actors.dispatcher.audit_records import audit_record
 from actors.dispatcher.effects import AuditRecord
 from broker.client import CallFailed
@@ -113,3 +120,86 @@ def test_a_batch_is_bounded_by_bytes() -> None:
                          wire.call, lambda _ids: None)
     sender.tick(0.0)
     assert len(wire.requests[0][0].records) == 2  # 2 x 3 MiB; a third would pass 8 MiB
+
+
+def test_after_a_batch_that_was_not_full_the_next_waits_for_the_owners_tick() -> None:
+    """Records committed meanwhile then go together: audit_log pays per request."""
+    rows = [(1, dispatched("s", 1))]
+    acked: list[int] = []
+    wire = Wire()
+    sender = AuditSender(lambda after, n: [r for r in rows if r[0] > after][:n], wire.call,
+                         acked.extend)
+    sender.tick(0.0)
+    rows.append((2, dispatched("s", 2)))  # committed while the first batch is on its way
+    wire.ack()
+    assert acked == [1] and len(wire.requests) == 1 and sender.due() is not None
+    rows.append((3, dispatched("s", 3)))
+    sender.tick(0.05)
+    assert [r.record_id for r in wire.requests[1][0].records] == [
+        "dispatcher:s:2", "dispatcher:s:3"]
+
+
+def test_a_report_naming_a_replay_id_the_trail_cannot_index_is_still_recorded() -> None:
+    """Any agent may send one: refusing the record would hold up every record behind it."""
+    long_id = "r" * 300
+    record = audit_record("s", 9, AuditRecord("report_received", {
+        "at": 1.0, "status": "unknown", "report": {"replay_id": long_id, "action_id": "s1"}}))
+    assert record.kind == "report_received" and record.replay_id is None
+    assert record.data["report"]["replay_id"] == long_id
+    assert checked(record)[0] is record
+
+
+def test_a_record_that_cannot_be_built_takes_its_place_as_record_refused() -> None:
+    for effect in (AuditRecord("action_dispatched", {"at": math.nan, "replay_id": "r"}),
+                   AuditRecord("Not A Kind", {"at": 1.0, "replay_id": "r"})):
+        record = audit_record("s", 5, effect)
+        assert (record.record_id, record.kind) == ("dispatcher:s:5", "record_refused")
+        assert record.replay_id == "r" and record.data["kind"] == effect.kind
+        assert checked(record)[0] is record  # and audit_log takes it
+
+
+def _reference(value: Any) -> Any:
+    """plain_json as it was, converting everything (the fast path must give the same)."""
+    if isinstance(value, dict):
+        return {str(k): _reference(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_reference(v) for v in value]
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with the same types all the way down (1 == 1.0 == True is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+
+
+class _Level(enum.IntEnum):
+    HIGH = 2
+
+
+_scalar = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5)
+           | st.binary(max_size=5) | st.just(_Level.HIGH) | st.just(1j))
+_key = st.text(max_size=3) | st.integers(-2, 2) | st.booleans() | st.none()
+_any = st.recursive(_scalar, lambda inner: (
+    st.lists(inner, max_size=3) | st.tuples(inner, inner) | st.dictionaries(_key, inner, max_size=3)
+    | st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_any)
+def test_plain_json_is_the_full_conversion_and_takes_plain_data_as_is(value: Any) -> None:
+    converted = plain_json(value)
+    assert _same(converted, _reference(value))
+    if is_plain_json(value):
+        assert converted is value

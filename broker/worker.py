@@ -20,8 +20,10 @@ from typing import Any
 
 import zmq
 from loguru import logger
+from zmq.backend import Socket as _Raw
 
 from broker import mdp
+from broker.frames import recv_frames
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode, encode
 from messages.control import ErrorReply
@@ -32,6 +34,17 @@ REFUSED_WITHIN_S = 1.0
 """A DISCONNECT this soon after our READY, with no request in between, is a refusal."""
 REFUSED_BACKOFF_S = 0.1
 REFUSED_BACKOFF_MAX_S = 10.0
+
+_send = _Raw.send  # pyzmq's Cython send, under the Python-level Socket.send (broker/frames.py)
+_SNDMORE = int(zmq.SNDMORE)  # a plain int: an enum member is converted on every call
+
+
+def _send_blocking(sock: zmq.Socket[bytes], frames: list[bytes]) -> None:
+    """``sock.send_multipart(frames)`` (blocking while the queue is full), 1-2 us cheaper."""
+    last = len(frames) - 1
+    for i in range(last):
+        _send(sock, frames[i], _SNDMORE)
+    _send(sock, frames[last], 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +126,7 @@ class Worker:
         requests: list[Request] = []
         while True:
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                frames = recv_frames(self.socket)  # recv_multipart(NOBLOCK), cheaper
             except zmq.Again:
                 return requests
             self.heard_at = time.monotonic()
@@ -134,7 +147,7 @@ class Worker:
 
     def reply(self, request: Request, *body: bytes, final: bool = True) -> None:
         """Send PARTIAL (``final=False``) or FINAL for ``request``."""
-        self.socket.send_multipart(mdp.worker_reply(request.client, *body, final=final))
+        _send_blocking(self.socket, mdp.worker_reply(request.client, *body, final=final))
         self.sent_at = time.monotonic()
 
     def tick(self, now: float | None = None) -> None:

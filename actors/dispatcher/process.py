@@ -16,7 +16,6 @@ stands for the sender, and local peers are trusted operators.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -47,7 +46,7 @@ from broker.client import CallFailed
 from broker.config import Settings
 from messages import events
 from messages.base import Message
-from messages.codec import Envelope, decode, encode
+from messages.codec import Envelope, decode, encode, new_id
 from messages.control import ErrorReply, Ping
 from messages.dispatch import (
     ActionProgress,
@@ -83,10 +82,6 @@ _AUDIT_S = 0.05
 batch at once only when the last one was full)."""
 
 
-def _new_id() -> str:
-    return uuid.uuid4().hex
-
-
 def _machine(msg: Any) -> str:
     return str(msg.machine_id)
 
@@ -109,7 +104,7 @@ class DispatcherActor(Actor):
         super().__init__(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = DispatcherStore.in_dir(settings.data_dir)
-        self.core = DispatcherCore(config or config_from_env(), _new_id, self.store.load())
+        self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
         self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))

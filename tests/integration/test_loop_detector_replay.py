@@ -1,10 +1,11 @@
 """A looping agent is stopped; a working one never is (spec/02 Task 17, issue 5).
 
 The whole tree and a simulated agent: the dispatcher shows every report to the loop
-detector, and no input of the next step runs before its verdict. An agent whose inputs change nothing (scenario
-``loop``) makes its replay pause ``loop_detected`` within the configured captures, with
-the signal and its evidence in the message; the same workflow on a screen that moves on
-completes with no pause, even with a clock ticking; the kill switch lets the loop run out.
+detector, and no input of the next step runs before its verdict. An agent whose inputs
+change nothing (scenario ``loop``) makes its replay pause ``loop_detected`` within the
+configured captures, with the signal and its evidence in the message; the same workflow
+on a screen that moves on completes with no pause, even with a clock ticking; the kill
+switch lets the loop run out.
 """
 
 from __future__ import annotations

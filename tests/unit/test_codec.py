@@ -8,11 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from messages import (
+    DEFAULT_MAX_MESSAGE_BYTES,
     Envelope,
     ErrorReply,
     MessageError,
     Ping,
     Pong,
+    codec,
     decode,
     encode,
     registered_types,
@@ -88,8 +90,24 @@ def test_oversized_message_is_refused_before_parsing() -> None:
 
 def test_default_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEA_MAX_MESSAGE_BYTES", "2048")
+    monkeypatch.setattr(codec, "_limit", None)  # as in a process that has not decoded yet
     with pytest.raises(MessageError, match="too_large"):
         decode(encode(ErrorReply(code="x", message="y" * 4000)))
+    # Read once per process: a later change of the environment is not looked at.
+    monkeypatch.setenv("LEA_MAX_MESSAGE_BYTES", "1000000")
+    assert codec.max_message_bytes() == 2048
+
+
+@pytest.mark.parametrize("raw", [None, "", "12x", "-5"])
+def test_a_missing_or_unreadable_limit_is_the_default(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None
+) -> None:
+    if raw is None:
+        monkeypatch.delenv("LEA_MAX_MESSAGE_BYTES", raising=False)
+    else:
+        monkeypatch.setenv("LEA_MAX_MESSAGE_BYTES", raw)
+    monkeypatch.setattr(codec, "_limit", None)
+    assert codec.max_message_bytes() == DEFAULT_MAX_MESSAGE_BYTES
 
 
 def test_a_valid_workflow_start_decodes_to_models() -> None:

@@ -47,7 +47,7 @@ class LoopConfig(BaseModel):
     """Signal C: business retries of one step."""
     ring_size: int = Field(5, ge=2, le=32)
     """Steps remembered per replay (raised to the largest N above if smaller)."""
-    max_replays: int = Field(64, ge=1, le=100_000)
+    max_replays: int = Field(512, ge=1, le=100_000)
     """Replays remembered at once; the least recently observed is forgotten beyond."""
     embedder: EmbedderChoice = "auto"
     """``pixel``; ``clip`` (pixel + CLIP, see clip.py); ``auto`` = clip if a checkpoint is

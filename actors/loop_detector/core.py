@@ -14,6 +14,9 @@ that were performed (a successful click, double/right click, type, key_combo, sc
 are C's business. After a positive verdict the runs start again from the current screen,
 so after a person resumes, N-1 more steps without progress are needed for another pause.
 
+A replay's rings are made at its first performed input (or positive verdict) and freed by
+``forget``, or by the LRU beyond ``RPA_LOOP_MAX_REPLAYS``.
+
 No sockets and no clock here: the shell (process.py) feeds observations and publishes the
 notices returned.
 """
@@ -127,6 +130,9 @@ class LoopDetectorCore:
         self.failures = 0
         self._warned: set[str] = set()
         self._replays: OrderedDict[str, _Rings] = OrderedDict()
+        self.evicted = 0
+        """Replays forgotten so far because more than ``max_replays`` were observed at once."""
+        self.last_evicted: str | None = None
 
     # Embedders --------------------------------------------------------------------------
 
@@ -159,10 +165,13 @@ class LoopDetectorCore:
             rings = self._replays[replay_id] = _Rings(
                 ScreenHistory(size), deque(maxlen=size), deque(maxlen=size))
             while len(self._replays) > self.config.max_replays:
-                gone, _ = self._replays.popitem(last=False)
-                logger.warning("loop_detector: more than {} replays observed; forgot {}",
-                               self.config.max_replays, gone)
-        self._replays.move_to_end(replay_id)
+                # Not logged here: beyond max_replays at once every step evicts one, and a
+                # line each (hundreds a second) cost more than the step; the shell logs
+                # the count (process.py).
+                self.last_evicted, _ = self._replays.popitem(last=False)
+                self.evicted += 1
+        else:
+            self._replays.move_to_end(replay_id)
         return rings
 
     def forget(self, replay_id: str) -> bool:
@@ -183,8 +192,13 @@ class LoopDetectorCore:
         if known is not None and known.last is not None and known.last[0] == step.action_id:
             # The same report observed again (a client's retry): same answer, no change.
             return Outcome(known.last[1])
-        notices: list[Notice] = []
         performed = step.success and step.action_type in INPUT_TYPES
+        if not performed and known is None and self._retry_threshold(step) is None:
+            # A wait, a verify_screen or a failure of a replay with nothing kept: only C
+            # could fire, and it did not; nothing to keep either (a duplicate gets the same
+            # answer). No rings are made (nor another replay's evicted) for it.
+            return Outcome(NOT_DETECTED)
+        notices: list[Notice] = []
         frame: Frame | None = None
         vector: Vector | None = None
         broken = False  # the embedder raised: the screen's continuity is lost

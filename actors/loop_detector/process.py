@@ -3,9 +3,11 @@
 The decisions are in core.py. This shell reads the configuration, chooses the embedders,
 loads the CLIP model on a thread (importing torch and loading a checkpoint takes seconds;
 the loop keeps serving and beating meanwhile: screen_static works on the pixel measure
-alone until the model is ready), and publishes what the core reports. Observations run on
-one worker thread (``Actor.defer``), in order: decoding a PNG and a CLIP embedding take
-10-150 ms, during which the loop goes on answering heartbeats.
+alone until the model is ready), and publishes what the core reports. Observations with a
+screenshot run on one worker thread (``Actor.defer``), in order: decoding a PNG and a CLIP
+embedding take 10-150 ms, during which the loop goes on answering heartbeats. The others
+(and ``loop.forget``) take microseconds and are answered on the loop, unless a request of
+the same replay still waits on the worker.
 
 One worker of this service holds the rings of the replays it observed: run one per tree.
 """
@@ -29,6 +31,9 @@ from messages.control import ErrorReply
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.replay import Ack
 
+DISABLED = LoopVerdict(detected=False, evidence={"enabled": False})
+"""Every verdict while the kill switch is off (a frozen model: one is enough)."""
+
 
 class LoopDetectorActor(Actor):
     """Notices an agent going round in circles (spec/01 §5)."""
@@ -44,6 +49,9 @@ class LoopDetectorActor(Actor):
         self.config = config
         self._clip_errors: queue.SimpleQueue[str] = queue.SimpleQueue()  # from the loader
         self._lock = threading.Lock()  # the core: the deferred worker and the loop's timer
+        self._queued: dict[str, int] = {}  # replay -> its requests waiting on the worker
+        self._queued_lock = threading.Lock()
+        self._evicted_logged = 0
         clip = None
         pixel = PixelEmbedder() if config.enabled else None
         if config.enabled and config.embedder in ("clip", "auto"):
@@ -56,6 +64,7 @@ class LoopDetectorActor(Actor):
         self.handle(ForgetReplay, self.on_forget)
         # Not at once: a bus subscriber that joins with us would miss the first event.
         self.every(1.0, self._clip_outcome)
+        self.every(1.0, self._evictions)
 
     def on_start(self) -> None:
         for problem in self._problems:
@@ -96,44 +105,91 @@ class LoopDetectorActor(Actor):
         for notice in notices:
             self.publish(notice.topic, **notice.data)
 
+    def _evictions(self, _now: float) -> None:
+        """One line a second at most for the replays the LRU forgot (core._rings)."""
+        evicted = self.core.evicted
+        if evicted != self._evicted_logged:
+            logger.warning("loop_detector: more than {} replays observed at once; forgot {} "
+                           "(least recently observed first, last {}): raise "
+                           "RPA_LOOP_MAX_REPLAYS", self.config.max_replays,
+                           evicted - self._evicted_logged, self.core.last_evicted)
+            self._evicted_logged = evicted
+
+    def _observe(self, msg: ObserveStep) -> tuple[Message, list[Notice]]:
+        """The reply to ``msg`` and the events to publish; the caller holds the lock."""
+        try:
+            outcome = self.core.observe(msg)
+        except BadScreenshot as exc:
+            detail = {"replay_id": msg.replay_id, "action_id": msg.action_id}
+            return ErrorReply(code="invalid_screenshot", message=str(exc)[:1000],
+                              detail=detail), [Notice(events.BAD_MESSAGE, {
+                                  "service": self.service, "reason": "invalid_screenshot",
+                                  "detail": str(exc)[:500], **detail})]
+        return outcome.verdict, outcome.notices
+
+    def _observed(self, msg: ObserveStep, reply: Message, notices: list[Notice]) -> None:
+        """On the loop thread (the sockets are there): the events of an observation."""
+        self._publish(notices)
+        if isinstance(reply, LoopVerdict) and reply.detected:
+            logger.warning("loop_detector: replay {} loops after {}: {} {}",
+                           msg.replay_id, msg.action_id, reply.signal, reply.evidence)
+
     def on_observe(self, msg: ObserveStep, req: Incoming) -> Message:
         if not self.config.enabled:  # the kill switch: nothing computed, nothing kept
-            return LoopVerdict(detected=False, evidence={"enabled": False})
+            return DISABLED
+        # Nothing to decode or embed: signals B and C take microseconds, and a hop to the
+        # worker thread and back cost more than the whole step (bench/throughput.py). Not
+        # while an earlier request of this replay waits on the worker: the steps of a
+        # replay change its rings in the order they came.
+        if not self._queue(msg.replay_id, always=msg.screenshot_after is not None):
+            with self._lock:
+                reply, found = self._observe(msg)
+            self._observed(msg, reply, found)
+            return reply
         notices: list[Notice] = []
 
         def work() -> Message:
-            with self._lock:
-                try:
-                    outcome = self.core.observe(msg)
-                except BadScreenshot as exc:
-                    detail = {"replay_id": msg.replay_id, "action_id": msg.action_id}
-                    notices.append(Notice(events.BAD_MESSAGE, {
-                        "service": self.service, "reason": "invalid_screenshot",
-                        "detail": str(exc)[:500], **detail}))
-                    return ErrorReply(code="invalid_screenshot", message=str(exc)[:1000],
-                                      detail=detail)
-            notices.extend(outcome.notices)
-            return outcome.verdict
-
-        def then(reply: Message) -> None:  # on the loop thread: the sockets are here
-            self._publish(notices)
-            if isinstance(reply, LoopVerdict) and reply.detected:
-                logger.warning("loop_detector: replay {} loops after {}: {} {}",
-                               msg.replay_id, msg.action_id, reply.signal, reply.evidence)
-
-        if msg.screenshot_after is None:
-            # Nothing to decode or embed: signals B and C take microseconds, and a hop to
-            # the worker thread and back cost more than the whole step (bench/throughput.py).
-            reply = work()
-            then(reply)
+            try:
+                with self._lock:
+                    reply, found = self._observe(msg)
+            finally:
+                self._dequeue(msg.replay_id)
+            notices.extend(found)
             return reply
-        return self.defer(req, work, then)
+
+        return self.defer(req, work, lambda reply: self._observed(msg, reply, notices))
 
     def on_forget(self, msg: ForgetReplay, req: Incoming) -> Message:
-        def work() -> Message:
+        def forget() -> Message:
             with self._lock:
                 known = self.core.forget(msg.replay_id)
                 return Ack(status="forgotten" if known else "unknown",
                            detail={"replays": self.core.replays})
 
+        if not self._queue(msg.replay_id):
+            return forget()  # a dict pop: no hop to the worker needed
+
+        def work() -> Message:  # after the observations of this replay still queued
+            try:
+                return forget()
+            finally:
+                self._dequeue(msg.replay_id)
+
         return self.defer(req, work)
+
+    def _queue(self, replay_id: str, always: bool = False) -> bool:
+        """Whether a request of ``replay_id`` must go to the worker (``always``, or an
+        earlier one waits there); if so it is counted until :meth:`_dequeue`. On the loop:
+        only the loop queues, so the answer holds until the caller is done."""
+        with self._queued_lock:  # not the core's: the worker holds that while it decodes
+            waiting = self._queued.get(replay_id, 0)
+            if waiting or always:
+                self._queued[replay_id] = waiting + 1
+            return bool(waiting or always)
+
+    def _dequeue(self, replay_id: str) -> None:
+        """On the worker: a queued request of ``replay_id`` is done with the core."""
+        with self._queued_lock:
+            left = self._queued.pop(replay_id) - 1
+            if left:
+                self._queued[replay_id] = left

@@ -201,6 +201,7 @@ def test_rings_are_bounded_forgotten_and_lru() -> None:
     for r in range(5):
         c.observe(step(0, screen(f"r{r}"), replay=f"r{r}"))
     assert c.replays == 3
+    assert (c.evicted, c.last_evicted) == (2, "r1")  # counted for the shell to log
     assert c.forget("r0") is False  # least recently observed: already evicted
     assert c.forget("r4") is True
     assert c.replays == 2
@@ -277,3 +278,22 @@ def test_the_same_report_observed_twice_changes_nothing() -> None:
                        step(2, same), step(3, same)])
     assert [v.detected for v in out] == [False, False, False, False, False, True]
     assert verdicts(c, [step(3, same)])[0] == out[-1]
+
+
+def test_a_replay_keeps_nothing_until_it_performs_an_input_or_loops() -> None:
+    """Waits and failures below the threshold keep no rings (nor evict another replay's);
+    a retry_threshold verdict does, so that a retried request gets it again, event-free."""
+    c = core(max_replays=1)
+    c.observe(step(0, screen("Dupont"), replay="busy"))
+    for i in range(3):
+        wait = step(i, None, "idle", action_type="wait", target=None)
+        assert not c.observe(wait).verdict.detected
+        assert not c.observe(step(i, None, "idle", success=False, retry_count=1)).verdict.detected
+    assert c.replays == 1 and c.evicted == 0 and c.forget("idle") is False
+    failing = step(9, None, "idle", success=False, error="target_not_found", retry_count=3)
+    first = c.observe(failing)
+    assert first.verdict.signal == "retry_threshold"
+    assert [n.topic for n in first.notices] == [events.LOOP_DETECTED]
+    again = c.observe(failing)
+    assert again.verdict == first.verdict and again.notices == []
+    assert c.replays == 1 and c.last_evicted == "busy"

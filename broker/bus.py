@@ -1,4 +1,9 @@
-"""The event bus: publishers connect a PUB to the broker's XSUB, watchers a SUB to its XPUB."""
+"""The event bus: publishers connect to the broker's XSUB, watchers a SUB to its XPUB.
+
+The broker forwards every subscription to the publishers, which filter (as PUB/SUB does):
+an event that no watcher subscribed to never leaves its process. A publisher also reads
+those subscriptions (:class:`Subscriptions`), so that such an event is not even built.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 
 import zmq
 
+from broker.frames import poll_items, recv_frames, zmq_poll
 from messages.codec import MessageError, decode, encode
 from messages.events import Event
 
@@ -27,19 +33,72 @@ def parse_event(frames: list[bytes]) -> Event:
     return body
 
 
+#: (Un)subscriptions read per look at a publisher's socket: a flood waits for later events.
+SUBSCRIPTIONS_BATCH = 1000
+#: Past this many prefixes every topic counts as wanted (the socket's own filter still
+#: applies): a peer flooding the bus with subscriptions must not make each publish slow.
+MAX_PREFIXES = 64
+
+
+class Subscriptions:
+    """The topic prefixes subscribed downstream, from what an XPUB socket receives.
+
+    libzmq's XPUB (not verbose) hands up ``\x01prefix`` when a prefix gets its first
+    subscriber and ``\x00prefix`` when its last one leaves (unsubscribes or disconnects), so
+    a set of prefixes mirrors its own filter. Anything else (a message a peer sent upstream)
+    is ignored. ``sticky``: unsubscriptions are ignored too (see BusProxy for why).
+    """
+
+    def __init__(self, sticky: bool = False) -> None:
+        self.prefixes: set[bytes] = set()
+        self.sticky = sticky
+        self._any: tuple[bytes, ...] = ()  # what wants() matches, for bytes.startswith
+
+    def update(self, frames: list[bytes]) -> None:
+        if len(frames) != 1 or not frames[0]:
+            return
+        kind, prefix = frames[0][0], frames[0][1:]
+        if kind == 1:
+            self.prefixes.add(prefix)
+        elif kind == 0 and not self.sticky:
+            self.prefixes.discard(prefix)
+        else:
+            return
+        prefixes = self.prefixes
+        self._any = tuple(prefixes) if len(prefixes) <= MAX_PREFIXES else (b"",)
+
+    def wants(self, topic: bytes) -> bool:
+        """True if a subscriber may receive ``topic`` (an empty prefix matches all)."""
+        return topic.startswith(self._any)
+
+
 class Publisher:
-    """Publishes events to the bus. Best effort: the bus is for watching, never for state."""
+    """Publishes events to the bus. Best effort: the bus is for watching, never for state.
+
+    An XPUB, not a PUB: it filters alike, and it also tells us what is subscribed, so that
+    an event nobody watches costs a readiness check instead of being built and encoded.
+    """
 
     def __init__(self, ctx: zmq.Context[Any], endpoint: str, source: str) -> None:
         self.source = source
-        self.socket: zmq.Socket[bytes] = ctx.socket(zmq.PUB)
+        self.socket: zmq.Socket[bytes] = ctx.socket(zmq.XPUB)
         self.socket.setsockopt(zmq.SNDHWM, 100_000)
         self.socket.setsockopt(zmq.LINGER, 200)
         self.socket.connect(endpoint)
+        self.subscriptions = Subscriptions()
+        self._waiting = poll_items(self.socket)
 
     def publish(self, topic: str, **data: Any) -> None:
+        sock, subscriptions = self.socket, self.subscriptions
+        for _ in range(SUBSCRIPTIONS_BATCH):
+            if not zmq_poll(self._waiting, 0):
+                if not subscriptions.wants(topic.encode()):
+                    return  # the socket would drop it: no subscriber of this topic
+                break
+            subscriptions.update(recv_frames(sock))
+        # else: more wait, so the set may lag the socket's filter; send, and let it filter.
         try:
-            self.socket.send_multipart(event_frames(topic, self.source, data), zmq.NOBLOCK)
+            sock.send_multipart(event_frames(topic, self.source, data), zmq.NOBLOCK)
         except zmq.Again:
             pass  # a full queue drops the event, as PUB/SUB would anyway
 

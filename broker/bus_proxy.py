@@ -14,13 +14,16 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from broker.bus import event_frames
+from broker.bus import Subscriptions, event_frames
 from broker.frames import PollItems, poll_items, recv_frames, send_frames, zmq_poll
 
 #: Messages moved per wake-up before the loop looks at its other sockets again.
 BATCH = 1000
 #: The default HWM (1000) lost about half of a fast publisher's events (notes/zeromq-facts).
 BUS_HWM = 100_000
+
+#: First byte of a (un)subscription as an XPUB hands it up.
+SUBSCRIPTION_KINDS = (b"\x00", b"\x01")
 
 EventData = dict[str, Any] | Callable[[], dict[str, Any]]
 
@@ -58,6 +61,10 @@ class BusProxy:
             sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self.forwarded = 0
         self.published = 0
+        # What the watchers want (publish skips the rest). Sticky: our XPUB also hands up
+        # "\x00prefix" when a raw peer unsubscribes what it never subscribed, so a watcher may
+        # still hold a prefix we are told is gone; a bad peer must not hide our events.
+        self.subscriptions = Subscriptions(sticky=True)
         # Set when we sent on a bus socket: that can consume the signal of its ZMQ_FD, so the
         # loop must look at both sockets again rather than wait for the fd.
         self.touched = False
@@ -79,6 +86,10 @@ class BusProxy:
                 return False
             frames = recv_frames(src)
             self.touched = True
+            if not count:
+                if len(frames) != 1 or frames[0][:1] not in SUBSCRIPTION_KINDS:
+                    continue  # a message sent upstream: no publisher wants one (they queue)
+                self.subscriptions.update(frames)
             try:
                 send_frames(dst, frames)
             except zmq.ZMQError:
@@ -91,7 +102,11 @@ class BusProxy:
                 now: float = 0.0) -> None:
         """Publish one broker event. With ``limit``, excess events are only counted (and
         ``data`` may be a function, so a suppressed event costs nothing to describe); the next
-        event sent carries that count as ``suppressed``."""
+        event sent carries that count as ``suppressed``. An event no watcher subscribed to
+        is dropped first, as the XPUB would, without building it."""
+        # The watchers' latest word first (cheap); if more wait, our set may lag: send.
+        if not self.forward_subscriptions() and not self.subscriptions.wants(topic.encode()):
+            return
         if limit is not None and not limit.allow(now or time.monotonic()):
             return
         if callable(data):

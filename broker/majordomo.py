@@ -80,13 +80,14 @@ class Service:
 class Worker:
     """A READY'd worker; ``request`` is the one it holds (None while waiting)."""
 
-    __slots__ = ("expiry", "identity", "request", "service")
+    __slots__ = ("expiry", "identity", "request", "sent_at", "service")
 
     def __init__(self, identity: bytes, service: Service, expiry: float) -> None:
         self.identity = identity
         self.service = service
         self.expiry = expiry
         self.request: Request | None = None
+        self.sent_at = float("-inf")  # when we last gave it a REQUEST (heartbeats: tick)
 
 
 class Majordomo:
@@ -98,6 +99,11 @@ class Majordomo:
         self.report = report
         self.refused = refused
         self.worker_ttl = settings.heartbeat_expiry_s
+        # A worker given a REQUEST this recently gets no HEARTBEAT at the next tick (RFC 18:
+        # any command counts as one, and peers SHOULD NOT send HEARTBEAT while sending other
+        # commands). Half an interval: the worker still hears from us at least every 1.5
+        # intervals, well inside its liveness of several intervals.
+        self.quiet_s = settings.heartbeat_interval_s / 2
         self.request_expiry_s = settings.request_expiry_s
         self.max_body = settings.max_message_bytes
         self.services: dict[bytes, Service] = {}
@@ -125,7 +131,7 @@ class Majordomo:
                 self.report(frames, "REQUEST needs a service and a body")
                 return
             body = frames[4:]
-            if sum(map(len, body)) > self.max_body:
+            if (len(body[0]) if n == 5 else sum(map(len, body))) > self.max_body:
                 self.report(frames, "body too large")
                 return
             name = frames[3]
@@ -181,7 +187,7 @@ class Majordomo:
                 if service.requests:
                     self._assign(service)
             body = frames[5:]
-            if sum(map(len, body)) > self.max_body:
+            if (len(body[0]) if n == 6 else sum(map(len, body))) > self.max_body:
                 # Dropped, but the request counts as served: resending it elsewhere would
                 # only make another worker produce the same oversized reply.
                 self.report(frames, "reply body too large")
@@ -264,6 +270,7 @@ class Majordomo:
                 self._forget(worker, "unreachable")
                 continue
             worker.request = request
+            worker.sent_at = self.now
 
     def _forget(self, worker: Worker, reason: str) -> None:
         """Remove ``worker``; the request it held goes back to the head of its queue."""
@@ -320,7 +327,8 @@ class Majordomo:
             self._forget(worker, reason)
 
     def tick(self, now: float) -> None:
-        """Heartbeat every worker, drop the silent ones, expire requests nobody can serve."""
+        """Heartbeat the workers we have not just sent a REQUEST, drop the silent ones, expire
+        requests nobody can serve."""
         self.now = now
         for worker in list(self.workers.values()):
             if self.workers.get(worker.identity) is not worker:
@@ -329,6 +337,8 @@ class Majordomo:
                 self.stats["workers_expired"] += 1
                 self._forget(worker, "silent past liveness")
                 continue
+            if now - worker.sent_at < self.quiet_s:
+                continue  # it just had a REQUEST: that was its heartbeat
             try:
                 send_frames(self.router, [worker.identity, WORKER, W_HEARTBEAT])
             except zmq.ZMQError:

@@ -122,8 +122,10 @@ def noop_workflow(steps: int, action_type: str = "wait", workflow_id: str = "ben
     def action(i: int) -> dict[str, Any]:
         if action_type == "wait":
             return {"action_id": f"s{i}", "type": "wait", "parameters": {"duration_ms": 0}}
+        # Two places in turn: the same input three times in a row is a loop (the detector's
+        # action_repeat), which would pause the replay.
         return {"action_id": f"s{i}", "type": action_type,
-                "target_spec": {"x_pct": 0.5, "y_pct": 0.5}}
+                "target_spec": {"x_pct": 0.25 + 0.5 * (i % 2), "y_pct": 0.5}}
 
     return Workflow.model_validate({"workflow_id": workflow_id,
                                     "actions": [action(i) for i in range(steps)]})

@@ -76,3 +76,24 @@ class ForgetReplay(Message, type_name="loop.forget"):
     """The replay ended (completed, failed, cancelled): free its rings. Answered by Ack."""
 
     replay_id: str = Field(min_length=1, max_length=128)
+
+
+MAX_OBSERVE_BATCH: Final = 256
+"""Steps in one :class:`ObserveBatch` at most."""
+
+
+class ObserveBatch(Message, type_name="loop.observe_batch"):
+    """Several applied reports, in the order they were applied; answered by
+    :class:`LoopVerdicts`, in the same order. The dispatcher keeps one batch in flight and
+    gathers the steps applied meanwhile into the next: one request (one broker round trip,
+    one turn of the detector) for as many steps as came during the last one."""
+
+    steps: list[ObserveStep] = Field(min_length=1, max_length=MAX_OBSERVE_BATCH)
+
+
+class LoopVerdicts(Message, type_name="loop.verdicts"):
+    """The verdict on each step of an :class:`ObserveBatch`, or None and the problem (a
+    screenshot that does not decode: the step was not judged, nothing was kept of it)."""
+
+    verdicts: list[LoopVerdict | None] = Field(max_length=MAX_OBSERVE_BATCH)
+    problems: list[str | None] = Field(max_length=MAX_OBSERVE_BATCH)

@@ -6,8 +6,9 @@ Three consultations hold a replay (``ReplayState.awaiting``) until answered or t
   (spec/01 §4); no answer in time → the composite, as an agent without geometry would do.
 - ``payload``: at a pause_for_human, the safety_checks actor builds the checklist (spec/01
   §6); no answer → the declared checks, built here by the same function it uses.
-- ``loop``: after a report, before the next dispatch, the loop detector's verdict (spec/01
-  §5); no answer → the replay goes on (the miss is an event).
+- ``loop``: after a report, the loop detector's verdict (spec/01 §5); no answer → the replay
+  goes on (the miss is an event). Pipelined: the next step is dispatched meanwhile and only
+  its input waits for the verdict (consult_inputs.py); sent in batches (loop_batch.py).
 
 An answer names its consultation by token: one that arrives after the replay moved on (a
 pause, a cancel, a restart that asked again) is stale and changes nothing. The functions

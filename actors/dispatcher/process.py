@@ -39,6 +39,7 @@ from actors.dispatcher.effects import (
     UntrackInFlight,
 )
 from actors.dispatcher.engine import Tx
+from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
@@ -128,6 +129,10 @@ class DispatcherActor(Actor):
         self.handle(OrphanGiveUp,
                     lambda m, _r: self._apply(self.core.orphan_giveup(m, time.time())))
         # A lambda: self._sent is a new list after each commit.
+        self.loop = LoopBatcher(
+            lambda service, message, callback, timeout_s: self.call(
+                service, message, callback, timeout_s=timeout_s, retries=0),
+            self._consulted)
         self.audit = AuditSender(outbox_records(self.store), self.call,
                                  lambda ids: self._sent.extend(ids), label=self.service)
         self.every(_FLUSH_SENT_S, lambda _now: self._flush_sent())
@@ -246,6 +251,8 @@ class DispatcherActor(Actor):
             self.call(f"agent.{effect.machine_id}", effect.message,
                       _log_failure(effect.message.action.action_id), timeout_s=10.0,
                       retries=0)
+        elif isinstance(effect, Consult) and effect.service == self.loop.service:
+            self.loop.add(effect)
         elif isinstance(effect, Consult):
             self.call(effect.service, effect.message, self._answered(effect),
                       timeout_s=effect.timeout_s, retries=0)
@@ -260,13 +267,15 @@ class DispatcherActor(Actor):
             answer = reply.body if reply is not None else None
             if isinstance(answer, ErrorReply):
                 error, answer = CallFailed(answer.code, answer.message), None
-            why = None if error is None else str(error)
-            decision = self.core.consulted(consult.replay_id, consult.token, answer, why,
-                                           time.time())
-            # A verdict or a route lets the replay run on: the hot path, as a report is.
-            self._apply(decision, durable=not self._settled(decision))
+            self._consulted(consult, answer, None if error is None else str(error))
 
         return callback
+
+    def _consulted(self, consult: Consult, answer: Message | None, why: str | None) -> None:
+        decision = self.core.consulted(consult.replay_id, consult.token, answer, why,
+                                       time.time())
+        # A verdict or a route lets the replay run on: the hot path, as a report is.
+        self._apply(decision, durable=not self._settled(decision))
 
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:

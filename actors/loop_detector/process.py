@@ -1,4 +1,5 @@
-"""The loop_detector actor process: serves ``loop.observe`` and ``loop.forget``.
+"""The loop_detector actor process: serves ``loop.observe``, ``loop.observe_batch`` and
+``loop.forget``.
 
 The decisions are in core.py. This shell reads the configuration, chooses the embedders,
 loads the CLIP model on a thread (importing torch and loading a checkpoint takes seconds;
@@ -28,7 +29,7 @@ from broker.config import Settings
 from messages import events
 from messages.base import Message
 from messages.control import ErrorReply
-from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
+from messages.loop import ForgetReplay, LoopVerdict, LoopVerdicts, ObserveBatch, ObserveStep
 from messages.replay import Ack
 
 DISABLED = LoopVerdict(detected=False, evidence={"enabled": False})
@@ -61,6 +62,7 @@ class LoopDetectorActor(Actor):
                 self._clip_errors.put("RPA_LOOP_CLIP_PRETRAINED is not set")
         self.core = LoopDetectorCore(config, pixel, clip)
         self.handle(ObserveStep, self.on_observe)
+        self.handle(ObserveBatch, self.on_observe_batch)
         self.handle(ForgetReplay, self.on_forget)
         # Not at once: a bus subscriber that joins with us would miss the first event.
         self.every(1.0, self._clip_outcome)
@@ -159,6 +161,37 @@ class LoopDetectorActor(Actor):
 
         return self.defer(req, work, lambda reply: self._observed(msg, reply, notices))
 
+    def on_observe_batch(self, msg: ObserveBatch, req: Incoming) -> Message:
+        """Each step in order, as :meth:`on_observe` would; on the worker thread (all of
+        them, in order) if one has a screenshot or a replay of them waits there."""
+        if not self.config.enabled:
+            return LoopVerdicts(verdicts=[DISABLED] * len(msg.steps),
+                                problems=[None] * len(msg.steps))
+        to_worker = [self._queue(step.replay_id, always=step.screenshot_after is not None)
+                     for step in msg.steps]
+        if not any(to_worker):
+            with self._lock:
+                done = [(step, *self._observe(step)) for step in msg.steps]
+            self._batch_observed(done)
+            return _verdicts(done)
+        queued = [step.replay_id for step, q in zip(msg.steps, to_worker, strict=True) if q]
+        done = []
+
+        def work() -> Message:
+            try:
+                with self._lock:
+                    done.extend((step, *self._observe(step)) for step in msg.steps)
+            finally:
+                for replay_id in queued:
+                    self._dequeue(replay_id)
+            return _verdicts(done)
+
+        return self.defer(req, work, lambda _reply: self._batch_observed(done))
+
+    def _batch_observed(self, done: list[tuple[ObserveStep, Message, list[Notice]]]) -> None:
+        for step, reply, notices in done:
+            self._observed(step, reply, notices)
+
     def on_forget(self, msg: ForgetReplay, req: Incoming) -> Message:
         def forget() -> Message:
             with self._lock:
@@ -193,3 +226,10 @@ class LoopDetectorActor(Actor):
             left = self._queued.pop(replay_id) - 1
             if left:
                 self._queued[replay_id] = left
+
+
+def _verdicts(done: list[tuple[ObserveStep, Message, list[Notice]]]) -> LoopVerdicts:
+    """The batch's answer: each step's verdict, or None and why (its ErrorReply)."""
+    return LoopVerdicts(
+        verdicts=[r if isinstance(r, LoopVerdict) else None for _s, r, _n in done],
+        problems=[r.message if isinstance(r, ErrorReply) else None for _s, r, _n in done])

@@ -16,7 +16,7 @@ from actors.loop_detector.pixel import Frame, PixelEmbedder
 from actors.loop_detector.process import LoopDetectorActor
 from broker.config import Settings
 from messages.base import Message
-from messages.loop import ForgetReplay, LoopVerdict
+from messages.loop import ForgetReplay, LoopVerdict, LoopVerdicts, ObserveBatch
 from messages.replay import Ack
 from tests.conftest import free_port
 from tests.unit.test_loop_detector import screen, step
@@ -110,3 +110,22 @@ def test_evictions_are_logged_once_a_second_with_their_count(
         logger.remove(sink)
     assert actor.core.evicted == 3 and actor.core.last_evicted == "r2"
     assert len(lines) == 1 and "forgot 3 " in lines[0] and "last r2" in lines[0]
+
+
+def test_a_batch_is_judged_step_by_step_in_order(actor: LoopDetectorActor) -> None:
+    """Three identical clicks in one batch: the third loops, as three requests would; a
+    screenshot that does not decode leaves its step unjudged, the others are judged."""
+    clicks = [step(i, target={"by_text": "Valider"}) for i in range(3)]
+    out = actor.on_observe_batch(ObserveBatch(steps=clicks), LOCAL)
+    assert isinstance(out, LoopVerdicts) and out.problems == [None] * 3
+    assert [v is not None and v.detected for v in out.verdicts] == [False, False, True]
+    bad = step(0, b"\xff\xd8\xff not a jpeg", replay="r2")
+    deferred = actor.on_observe_batch(
+        ObserveBatch(steps=[bad, step(1, replay="r2", action_type="wait", target=None)]),
+        LOCAL)
+    assert isinstance(deferred, Deferred)  # a screenshot: the whole batch on the worker
+    (reply,) = deferred_replies(actor, 1)
+    assert isinstance(reply, LoopVerdicts)
+    assert reply.verdicts == [None, LoopVerdict(detected=False)]
+    assert reply.problems[0] and reply.problems[1] is None
+    assert actor._queued == {}

@@ -22,6 +22,7 @@ The agent never pauses by itself (C5): pauses are the dispatcher's decision.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import re
@@ -38,6 +39,7 @@ from typing import Any
 import zmq
 from loguru import logger
 
+from agent.asks import Asks
 from agent.curve import EXIT, EXIT_REFUSED, CurveLink
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
@@ -52,29 +54,19 @@ from broker.config import Settings
 from broker.peer_id import identity_of
 from broker.worker import Request, Worker, answer
 from messages.base import Message
-from messages.codec import Envelope, MessageError, decode, new_id
+from messages.codec import Envelope, MessageError
 from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import (
-    ActionProgress,
     ActionReport,
-    AgentHello,
-    ClaimAttempt,
-    ClaimReply,
     DispatchAction,
-    ReportAck,
 )
 from messages.pause import AgentPaused, AgentPauseEnded
 from supervision.liveness import Beacon
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-DISPATCHER = "dispatcher"
 SHUTDOWN_GRACE_S = 3.0
 """On SIGTERM, how long an action in progress may take to finish before we leave anyway."""
 LOOP_WAIT_S = 0.25
-PROGRESS_MARGIN_S = 30.0
-"""Beyond the time an action says it may wait for a person, before the watchdog worries."""
-CLAIM_WAIT_MAX_S = 0.5
-"""The longest wait between two claims the dispatcher answered "not yet"."""
 
 
 class AgentError(RuntimeError):
@@ -191,16 +183,7 @@ class Agent:
                 dispatch, info = self._progress.get_nowait()
             except queue.Empty:
                 return
-            timeout = info.get("timeout_s")
-            hold = float(timeout) + PROGRESS_MARGIN_S if isinstance(timeout, int | float) else 0
-            progress = ActionProgress(
-                replay_id=dispatch.replay_id, machine_id=self.machine_id,
-                action_id=dispatch.action.action_id, attempt_id=dispatch.attempt_id,
-                state=str(info.get("state", "in_progress"))[:64],
-                detail={k: v for k, v in info.items() if k != "state"},
-                hold_s=min(max(hold, 0.0), 3600.0))
-            self.outbox.send(f"progress:{dispatch.attempt_id}", DISPATCHER, progress,
-                             new_id(), lambda _body: True)
+            self.asks.progress(dispatch, info)
 
     def _collect_done(self) -> None:
         while True:
@@ -210,71 +193,21 @@ class Agent:
                 return
             self.intake.finish(dispatch, outcome, executed_at)
 
-    # Reports and hello ----------------------------------------------------------------------
+    # Reports, claims and hello (agent/asks.py) ----------------------------------------------
+
+    @functools.cached_property
+    def asks(self) -> Asks:
+        return Asks(self.outbox, self.ledger, self.machine_id)
 
     def _send_report(self, report: ActionReport, data: bytes) -> None:
-        msg_id = decode(data, limit=len(data) + 1).id
-        replay_id, action_id, attempt_id = report.replay_id, report.action_id, report.attempt_id
+        self.asks.report(report, data)
 
-        def on_reply(body: Message) -> bool:
-            if isinstance(body, ReportAck) and (body.action_id, body.attempt_id) == (
-                    action_id, attempt_id):
-                logger.info("report {} attempt {} acked: {}", action_id, attempt_id,
-                            body.status)
-                try:
-                    self.ledger.acked(replay_id, action_id, attempt_id)
-                except sqlite3.Error:
-                    logger.exception("recording the ack of {} failed", action_id)
-                return True
-            logger.warning("report {} answered with {!r}, not an ack: will send again",
-                           action_id, body)
-            return False
-
-        # One pending report per action of a replay: a newer attempt's report replaces an
-        # older one, another replay's report of the same step does not.
-        self.outbox.send(f"report:{replay_id}:{action_id}", DISPATCHER, report, msg_id,
-                         on_reply)
-
-    def _claim(self, dispatch: DispatchAction, done: Callable[[bool, str | None], None],
-               wait_s: float = 0.0) -> None:
-        """Ask the dispatcher whether ``dispatch`` may run now (agent/serve.py), in
-        ``wait_s``; asked again, twice as late each time, while it answers "not yet"."""
-        claim = ClaimAttempt(replay_id=dispatch.replay_id, machine_id=self.machine_id,
-                             action_id=dispatch.action.action_id,
-                             attempt_id=dispatch.attempt_id)
-
-        def on_reply(body: Message) -> bool:
-            if isinstance(body, ClaimReply) and not body.granted and body.retry_in_s:
-                self._claim(dispatch, done, min(CLAIM_WAIT_MAX_S,
-                                                max(body.retry_in_s, 2 * wait_s)))
-            elif isinstance(body, ClaimReply):
-                done(body.granted, body.reason)
-            elif isinstance(body, ErrorReply) and body.code == "unsupported_type":
-                done(True, None)  # a dispatcher older than claims: it never refuses
-            else:
-                logger.warning("claim of {} answered with {!r}: asking again",
-                               dispatch.action.action_id, body)
-                return False
-            return True
-
-        # Keyed by attempt: the claim of the next attempt may be sent from this one's answer.
-        self.outbox.send(f"claim:{dispatch.attempt_id}", DISPATCHER, claim, new_id(), on_reply,
-                         delay_s=wait_s)
+    def _claim(self, dispatch: DispatchAction,
+               done: Callable[[bool, str | None], None]) -> None:
+        self.asks.claim(dispatch, done)
 
     def _hello(self) -> None:
-        unacked = [e.outbox_attempt for e in self.ledger.unacked() if e.outbox_attempt]
-        hello = AgentHello(machine_id=self.machine_id, instance_id=self.instance_id,
-                           pid=os.getpid(), holding=[*self.intake.holding(), *unacked])
-
-        def on_reply(body: Message) -> bool:
-            if isinstance(body, ErrorReply):
-                logger.warning("dispatcher answered hello with an error: {} {}", body.code,
-                               body.message)
-            else:
-                logger.info("dispatcher answered hello")
-            return True  # any answer means a dispatcher heard us
-
-        self.outbox.send("hello", DISPATCHER, hello, new_id(), on_reply)
+        self.asks.hello(self.instance_id, self.intake.holding())
 
     # Startup and the loop -------------------------------------------------------------------
 

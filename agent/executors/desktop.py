@@ -55,6 +55,8 @@ POINTER = {"click": ("left", 1), "double_click": ("left", 2), "right_click": ("r
 SETUP_SETTLE_S = 0.5
 """After a ``_setup_phase`` click: a fixed settle instead of the pixel-change test."""
 CHANGE_POLL_S = 0.05
+CLIPBOARD_TRIES, CLIPBOARD_WAIT_S = 100, 0.02
+"""How long a text put in the clipboard may take to read back (2 s) before typing fails."""
 FAILSAFE_MESSAGE = ("the mouse was pushed into a corner of the screen (pyautogui fail-safe):"
                     " the person at the workstation stopped Léa")
 
@@ -241,13 +243,22 @@ class DesktopExecutor:
             runs = typing_runs(text, self._typeable())
         except InputSpecError as exc:
             return ActionOutcome.failure(f"invalid_parameters:{exc}")
-        clipboard = None
         if any(not typed for typed, _run in runs):
             clipboard = _clipboard()
             if clipboard is None:
                 return ActionOutcome.failure(
                     "untypeable_text", target_description="the text has characters no key "
                     "types and the clipboard is not usable (Linux: install xclip)")
+            # The whole text in one paste: the application reads the clipboard when it gets
+            # to the Ctrl+V, maybe much later on a busy workstation, and any later write to
+            # the clipboard (the next run, or the old content put back) would be pasted
+            # instead. Seen under load: "Hélène" typed with the previous content. And in
+            # the clipboard before any input: if it cannot be, nothing has been touched.
+            runs = [(False, text)]
+            if not self._to_clipboard(clipboard, text):
+                return ActionOutcome.failure(
+                    "untypeable_text", target_description="the clipboard did not take the "
+                    "text (its content could not be read back)")
         fields: dict[str, Any] = {}
         if self._targets(action):
             located = self._locate(action, area, before)
@@ -263,9 +274,8 @@ class DesktopExecutor:
         for typed, run in runs:
             if typed:
                 self.gui.write(run, interval=self.config.type_interval_s)
-            else:
-                assert clipboard is not None
-                self._paste(clipboard, run)
+            else:  # the whole text, already in the clipboard (_to_clipboard)
+                self.gui.hotkey("ctrl", "v")
             fx.input()
         return ActionOutcome(success=True, **fields)
 
@@ -273,20 +283,20 @@ class DesktopExecutor:
         mapping = getattr(self.gui.platformModule, "keyboardMapping", {})
         return {k for k in self.gui.KEYBOARD_KEYS if len(k) == 1 and mapping.get(k) is not None}
 
-    def _paste(self, clipboard: Any, run: str) -> None:
-        saved = None
-        try:
-            saved = clipboard.paste()
-        except Exception:
-            logger.debug("could not read the clipboard before pasting")
-        clipboard.copy(run)
-        self.gui.hotkey("ctrl", "v")
-        self._sleep(0.05)  # the application reads the clipboard asynchronously
-        if saved is not None:
+    def _to_clipboard(self, clipboard: Any, text: str) -> bool:
+        """Put ``text`` in the clipboard, and wait until it reads back: on X11 the copy
+        returns before the new owner (xclip) serves it, and a Ctrl+V then pasted nothing.
+        The clipboard keeps it (see _type: nothing may be written to it after the Ctrl+V,
+        the person's old content is not put back)."""
+        clipboard.copy(text)
+        for _ in range(CLIPBOARD_TRIES):
             try:
-                clipboard.copy(saved)
+                if clipboard.paste() == text:
+                    return True
             except Exception:
-                logger.warning("could not put the clipboard back after pasting")
+                logger.debug("the clipboard could not be read back yet")
+            self._sleep(CLIPBOARD_WAIT_S)
+        return False
 
     def _keys(self, action: Action, fx: _Effects) -> ActionOutcome:
         try:

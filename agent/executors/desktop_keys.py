@@ -2,9 +2,10 @@
 
 pyautogui types only the characters it has a key for (ASCII); anything else (``é``, ``ç``,
 ``€``, common in French patient records) it skips without a word. So text is split into
-runs: typeable runs are typed, the others are pasted through the clipboard (pyperclip;
-on Linux it needs xclip or xsel), and the clipboard is put back afterwards. If the clipboard
-cannot be used, the action fails before anything is typed, rather than typing half a name.
+runs; a text with any untypeable run is pasted whole through the clipboard (pyperclip; on
+Linux it needs xclip or xsel: desktop.py says why whole, and why the clipboard keeps it). If
+the clipboard cannot be used, the action fails before anything is typed, rather than typing
+half a name.
 """
 
 from __future__ import annotations

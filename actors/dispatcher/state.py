@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple
 
 from messages.dispatch import DispatchMeta, InFlight
 from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck
-from messages.workflow import Action, Workflow
+from messages.workflow import INPUT_TYPES, Action, Workflow
 
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 PAUSED: Literal["paused_need_help"] = "paused_need_help"
@@ -180,6 +180,16 @@ class ReplayState:
                         dispatched_at=e.dispatched_at, resent_count=e.orphan_resends,
                         patience_s=e.patience_s)
 
+    def _action_state(self) -> str | None:
+        """What the step in flight (or the replay) waits for, as ``replay status`` shows it."""
+        e = self.inflight
+        if e is None:
+            return f"awaiting_{self.awaiting.kind}" if self.awaiting else None
+        if (e.progress is None and self.loop_pending and not e.claimed
+                and e.action.type in INPUT_TYPES):
+            return "awaiting_loop_verdict"  # its input waits (consult_inputs.py)
+        return e.progress
+
     def summary(self) -> ReplaySummary:
         p = self.pause
         return ReplaySummary(
@@ -187,8 +197,7 @@ class ReplayState:
             workflow_id=self.workflow.workflow_id, mode=self.mode, status=self.status,
             index=self.index, total=self.total, completed_actions=self.completed_actions,
             current_action_id=self.inflight.action.action_id if self.inflight else None,
-            current_action_state=self.inflight.progress if self.inflight else (
-                f"awaiting_{self.awaiting.kind}" if self.awaiting else None),
+            current_action_state=self._action_state(),
             queue_length=self.queue_len(), queue_head=self.queue_head(),
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),

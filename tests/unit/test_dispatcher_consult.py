@@ -155,9 +155,11 @@ def test_the_next_step_goes_at_once_and_its_input_waits_for_the_verdict() -> Non
     # Pipelined: s2 is dispatched with the report, but its click is not granted yet.
     assert [m.action.action_id for m in sent(d)] == ["s2"]
     assert claim(h, rid).reason == VERDICT_PENDING and claim(h, rid).retry_in_s
+    assert h.status(rid).current_action_state == "awaiting_loop_verdict"
     d = answer(h, rid, LoopVerdict(detected=False))
     assert d.changed == set() and d.effects == []  # nothing to store, nothing to send
     assert claim(h, rid) == ClaimReply(granted=True)
+    assert h.status(rid).current_action_state is None
     # The last report completes the replay: no verdict to wait for, the rings are freed.
     d = h.report(rid)
     assert h.status(rid).status == "completed" and consults(d) == []

@@ -102,7 +102,10 @@ def test_i5_orphan_questions_for_stale_attempts_are_skipped(system: System) -> N
     current attempt does resend (so the check can tell)."""
     agent = ready_agent(system, "M1", scenario={"actions": {"s1": {"delay_s": 4}}})
     rid = system.start(workflow(*clicks(3)), "M1")
-    system.wait_status(rid, "running", where=lambda s: s.current_action_id == "s1")
+    # s1 executing: dispatched, and its click granted once s0's loop verdict came (before
+    # that its state says awaiting_loop_verdict, and would change under the checks below).
+    system.wait_status(rid, "running", where=lambda s: s.current_action_id == "s1"
+                       and s.current_action_state is None)
     (s0,) = [r for r in reports(system, rid) if r["action_id"] == "s0"]
     check_i5_stale_orphan(system, rid, "s0", s0["attempt_id"])
     check_i5_stale_orphan(system, rid, "s1", uuid.uuid4().hex)

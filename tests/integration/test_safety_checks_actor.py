@@ -22,7 +22,7 @@ import zmq
 
 from broker import mdp
 from broker.bus import Subscriber
-from broker.client import SyncClient
+from broker.client import CallFailed, SyncClient
 from cli.ollama_stub import GOOD_CHECKS, OllamaStub
 from messages import ErrorReply, Pong, decode, encode, events
 from messages.control import Ping
@@ -80,6 +80,18 @@ class Tree:
         pytest.fail(f"no {topic} for {replay_id} within {timeout} s")
 
 
+def bus_reaches_us(client: SyncClient, sub: Subscriber) -> bool:
+    """Whether an event of the actor reaches our subscriber: its subscription has gone up
+    through the broker to the actor's publisher (until then an event is dropped, as PUB/SUB
+    does). A body that is not msgpack is answered with an error and a lea:bad_message."""
+    with contextlib.suppress(CallFailed):  # asked again by wait_until
+        client.raw(SERVICE, b"\xc1", timeout_s=1.0, retries=0)
+    while (event := sub.recv(timeout_s=0.2)) is not None:
+        if event.topic == events.BAD_MESSAGE and event.source == SERVICE:
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def tree(tmp: Path, **extra_env: str) -> Iterator[Tree]:
     env = dict(os.environ)
@@ -103,6 +115,7 @@ def tree(tmp: Path, **extra_env: str) -> Iterator[Tree]:
     try:
         wait_until(lambda: client.raw("mmi.service", SERVICE.encode(), timeout_s=1.0)
                    == [b"200"], timeout=20)
+        wait_until(lambda: bus_reaches_us(client, sub), timeout=20)
         yield Tree(env, procs, client, sub, ctx)
         assert procs[1].poll() is None, "the actor died"
     finally:

@@ -126,6 +126,15 @@ class Action(_Strict):
     router finds the same physical screen even if the layout changed (messages/monitor.py)."""
     from_node: str | None = None
 
+    @field_validator("parameters")
+    @classmethod
+    def _json_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # JSON values only: a workflow is a JSON file, and the dispatcher stores and audits
+        # it as JSON (bytes, which msgpack can carry, made it fail with an internal error).
+        if not _is_json(value):
+            raise ValueError("parameters must hold JSON values only (no bytes)")
+        return value
+
     @model_validator(mode="after")
     def _parameters_fit_type(self) -> Action:
         p = self.parameters
@@ -193,3 +202,14 @@ class Workflow(_Strict):
                 raise ValueError(f"actions[{i}].parameters (action_id {action.action_id!r}): "
                                  + "; ".join(problems))
         return self
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` is made of JSON values only (str keys)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return True
+    if isinstance(value, list):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,9 +143,17 @@ def test_broker_events_survive_a_forged_unsubscribe() -> None:
         wait_until(lambda: publisher_got(b"\x01lea:"))
         # Unsubscribing what it never subscribed: libzmq's XPUB hands that up all the same
         # (and, as before, the publishers stop publishing lea:).
-        for message in (b"\x02not a subscription", b"\x00lea:"):
-            peer.sendall(bytes([0x00, len(message)]) + message)
-        wait_until(lambda: publisher_got(b"\x00lea:"))
+        def forged() -> bool:  # sent again while the peer's pipe may still be attaching
+            for message in (b"\x02not a subscription", b"\x00lea:"):
+                peer.sendall(bytes([0x00, len(message)]) + message)
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                if publisher_got(b"\x00lea:"):
+                    return True
+                time.sleep(0.02)
+            return False
+
+        wait_until(forged)
         assert [b"\x02not a subscription"] not in upstream  # upstream messages stop here
         proxy.publish("lea:peer_connected", {"n": 1})
         event = sub.recv(5.0)

@@ -167,3 +167,15 @@ def test_a_dispatch_carries_supersedes_only_when_set() -> None:
 
 def test_ping_has_an_empty_body() -> None:
     assert decode(encode(Ping())).body == Ping()
+
+
+def test_bytes_in_a_workflows_parameters_are_refused_as_invalid_body() -> None:
+    """msgpack can carry bytes where a workflow (a JSON file) has none; found by the fuzzer
+    through the broker: the dispatcher failed storing the workflow as JSON."""
+    body = {"machine_id": "m1", "workflow": {"workflow_id": "w", "actions": [
+        {"action_id": "a", "type": "scroll", "parameters": {"x": [b"\xce\xc3"]}}]}}
+    data = msgpack.packb({"v": 1, "type": "replay.start", "id": "x", "body": body},
+                         use_bin_type=True)
+    with pytest.raises(MessageError) as refused:
+        decode(data)
+    assert refused.value.code == "invalid_body" and "parameters" in refused.value.detail

@@ -21,7 +21,7 @@ import base64
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from loguru import logger
 
@@ -33,7 +33,7 @@ from messages.audit import (
     RecordsAcked,
     encode_record,
 )
-from messages.base import Message
+from messages.base import Message, is_plain_json
 from messages.codec import Envelope
 
 SERVICE = "audit_log"
@@ -52,30 +52,6 @@ row order (the row id is part of the record id)."""
 Call = Callable[[str, Message, Callable[[Envelope[Message] | None, CallFailed | None], None],
                  float, int], str]
 """A non-blocking client call: ``(service, message, callback, timeout_s, retries)``."""
-
-
-_SCALARS: Final = frozenset({str, int, bool, type(None)})
-
-
-def is_plain_json(value: Any) -> bool:
-    """Whether ``value`` is plain JSON made of the exact built-in types (dict with str keys,
-    list, str, int, bool, None, finite float): what :func:`plain_json` gives back as is.
-
-    A walk that builds nothing, ten times cheaper than the conversion: records read back
-    from an outbox (msgpack or JSON) almost always pass it."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return True
-    if kind is float:
-        return math.isfinite(value)
-    if kind is dict:
-        for k, v in value.items():
-            if type(k) is not str or (type(v) not in _SCALARS and not is_plain_json(v)):
-                return False
-        return True
-    if kind is list:
-        return all(type(v) in _SCALARS or is_plain_json(v) for v in value)
-    return False
 
 
 def plain_json(value: Any) -> Any:

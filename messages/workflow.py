@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from messages.base import is_plain_json
 from messages.monitor import Monitor
 
 ActionType = Literal[
@@ -131,8 +132,8 @@ class Action(_Strict):
     def _json_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
         # JSON values only: a workflow is a JSON file, and the dispatcher stores and audits
         # it as JSON (bytes, which msgpack can carry, made it fail with an internal error).
-        if not _is_json(value):
-            raise ValueError("parameters must hold JSON values only (no bytes)")
+        if not is_plain_json(value):
+            raise ValueError("parameters must hold JSON values only (no bytes, no NaN)")
         return value
 
     @model_validator(mode="after")
@@ -203,13 +204,3 @@ class Workflow(_Strict):
                                  + "; ".join(problems))
         return self
 
-
-def _is_json(value: Any) -> bool:
-    """Whether ``value`` is made of JSON values only (str keys)."""
-    if value is None or isinstance(value, str | bool | int | float):
-        return True
-    if isinstance(value, list):
-        return all(_is_json(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
-    return False

@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.audit_sender import BATCH, RETRY_S, AuditSender, checked, is_plain_json, plain_json
+from actors.audit_sender import BATCH, RETRY_S, AuditSender, checked, plain_json
 from actors.dispatcher.audit_records import audit_record
 from actors.dispatcher.effects import AuditRecord
 from broker.client import CallFailed
 from messages.audit import AppendRecords, AuditRecordIn, RecordsAcked, json_problem
-from messages.base import Message
+from messages.base import Message, is_plain_json
 from messages.codec import Envelope
 
 

@@ -7,6 +7,12 @@ once audit_log has acknowledged it as durable. After a restart of either side th
 acknowledged are sent again under the same ``record_id`` (``{source}:{store id}:{row id}``),
 which audit_log stores once.
 
+A record audit_log refuses as *conflicting* (its id is already stored with other content: a
+rollback reused the id, docs/durability.md) is not acknowledged: the row stays, and the
+sender sends it again under ``{record_id}+{content digest}`` (the same name after a restart,
+so stored once), logged as an error. The trail then has the first record, audit_log's
+``record_conflict`` and this one: nothing acknowledged is lost.
+
 It never blocks: it is driven by ``tick(now)`` from the sender's loop and by the reply
 callback of a non-blocking MDP client call. An acknowledgement sends the next batch at once
 only when the last one was full (more is surely waiting); otherwise the owner's next tick
@@ -18,6 +24,7 @@ records under load, for twice audit_log's CPU per step (bench/throughput.py).
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -91,6 +98,19 @@ def checked(record: AuditRecordIn) -> tuple[AuditRecordIn, int]:
     return stand_in, 1024
 
 
+def conflict_id(record: AuditRecordIn) -> str:
+    """The id a record refused as conflicting is sent again under: its id and a digest of
+    its content, so that the same record gets the same name after a restart."""
+    encoded = encode_record(record)
+    content = encoded if isinstance(encoded, bytes) else encoded.message.encode()
+    digest = hashlib.sha256(b"\0".join((
+        record.source.encode(), record.kind.encode(), (record.replay_id or "").encode(),
+        repr(record.at).encode(), content,
+        *(hashlib.sha256(i).digest() for _, i in sorted(record.screenshots.items())),
+    ))).hexdigest()[:16]
+    return f"{record.record_id[:200 - 17]}+{digest}"
+
+
 class AuditSender:
     """Sends committed audit records in outbox order, one batch at a time."""
 
@@ -101,12 +121,14 @@ class AuditSender:
         self._call = call
         self._acked = acked  # row ids audit_log has: the owner deletes them
         self._label = label  # who sends, in log lines
-        self._cursor = 0  # every row up to here is acknowledged
+        self._cursor = 0  # every row up to here is acknowledged, or waits in _again
+        self._again: dict[int, AuditRecordIn] = {}  # rows to send again, as they go
         self._busy = False
         self._retry_at = 0.0
         self._idle = False  # the last look found nothing to send (unknown at start)
         self.sent = 0
         self.failures = 0
+        self.conflicts = 0  # records audit_log refused as conflicting, sent again renamed
 
     @property
     def busy(self) -> bool:
@@ -131,9 +153,9 @@ class AuditSender:
         records: list[AuditRecordIn] = []
         size = 0
         full = False  # more is waiting: send it as soon as this batch is acknowledged
-        for i, raw in self._pending(self._cursor, BATCH):
+        for i, raw in [*sorted(self._again.items()), *self._pending(self._cursor, BATCH)]:
             record, n = checked(raw)
-            if records and size + n > BATCH_BYTES:
+            if records and (size + n > BATCH_BYTES or len(records) >= BATCH):
                 full = True
                 break
             ids.append(i)
@@ -148,8 +170,8 @@ class AuditSender:
         def answered(reply: Envelope[Message] | None, error: CallFailed | None) -> None:
             self._busy = False
             if reply is not None and isinstance(reply.body, RecordsAcked):
-                self._done(ids)
-                if full:
+                self._settle(ids, records, reply.body)
+                if full or self._again:
                     self.tick(now)
                 return
             why = error if error is not None else (reply.body if reply else None)
@@ -160,7 +182,28 @@ class AuditSender:
 
         self._call(SERVICE, AppendRecords(records=records), answered, CALL_TIMEOUT_S, 0)
 
+    def _settle(self, ids: list[int], records: list[AuditRecordIn], acked: RecordsAcked
+                ) -> None:
+        """Let go the rows audit_log stored; keep the others to send again."""
+        stored, conflicting = set(acked.record_ids), set(acked.conflicting)
+        done: list[int] = []
+        for i, record in zip(ids, records, strict=True):
+            self._cursor = max(self._cursor, i)
+            if record.record_id in stored:
+                self._again.pop(i, None)
+                done.append(i)
+            elif record.record_id in conflicting:
+                renamed = record.model_copy(update={"record_id": conflict_id(record)})
+                logger.error("{}: audit_log holds another record under {} ({}): sending it "
+                             "again as {}", self._label, record.record_id, record.kind,
+                             renamed.record_id)
+                self.conflicts += 1
+                self._again[i] = renamed
+            else:  # not named either way: sent again as it is
+                self._again[i] = record
+        if done:
+            self._done(done)
+
     def _done(self, ids: list[int]) -> None:
-        self._cursor = max(self._cursor, *ids)
         self.sent += len(ids)
         self._acked(ids)

@@ -51,6 +51,8 @@ class Incoming:
     id: str
     client: bytes
     identity: str | None = None
+    worker: int = 0
+    """Which of the actor's worker connections it came on (the reply goes back there)."""
 
 
 Handler = Callable[[Any, Incoming], Message]
@@ -77,6 +79,11 @@ class Actor:
 
     service: ClassVar[str] = ""
     deferred_workers: ClassVar[int] = 4  # threads for :meth:`defer` jobs
+    worker_connections: ClassVar[int] = 1
+    """MDP worker connections to the broker for the service. The broker hands each one a
+    request only once its last is answered (RFC 18), so an actor that answers a loop turn's
+    requests together, after one fsync for all of them (the dispatcher: docs/durability.md),
+    needs several to have several requests in a turn."""
     agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {Ping: None}
     """What an authenticated peer (an agent) may send: each type with the machine its body
     speaks for, which must be the sender's identity (None: no machine in it)."""
@@ -87,8 +94,11 @@ class Actor:
         self.settings = settings
         self.started_at = time.time()
         self.ctx: zmq.Context[Any] = zmq.Context()
-        self.worker = Worker(self.ctx, settings.mdp_endpoint, self.service,
-                             settings.heartbeat_interval_s, settings.heartbeat_liveness)
+        self.workers = [Worker(self.ctx, settings.mdp_endpoint, self.service,
+                               settings.heartbeat_interval_s, settings.heartbeat_liveness)
+                        for _ in range(max(1, self.worker_connections))]
+        self.worker = self.workers[0]
+        self._serving = 0  # index of the worker connection whose request is being served
         self.client = Client(self.ctx, settings.mdp_endpoint)
         self.bus = Publisher(self.ctx, settings.bus_in_endpoint, source=self.service)
         self.beacon = Beacon.from_env()
@@ -195,7 +205,7 @@ class Actor:
                 logger.exception("{}: cannot encode a deferred reply", self.service)
                 data = encode(ErrorReply(code="internal_error", message=repr(exc)[:1000]),
                               done.req.id)
-            self.worker.reply(Request(client=done.req.client, body=[]), data)
+            self.workers[done.req.worker].reply(Request(client=done.req.client, body=[]), data)
 
     # Hooks ----------------------------------------------------------------------------------
 
@@ -204,6 +214,9 @@ class Actor:
 
     def on_stop(self) -> None:
         """Called once after the loop ends."""
+
+    def end_turn(self) -> None:
+        """Called at the end of each turn of the loop, before the turn's replies are sent."""
 
     def on_ping(self, _msg: Ping, _req: Incoming) -> Message:
         return Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
@@ -216,7 +229,7 @@ class Actor:
                       self.settings.max_message_bytes, self._refused)
 
     def _dispatch(self, envelope: Envelope[Message], client: bytes) -> Message:
-        req = Incoming(envelope.id, client, identity_of(client))
+        req = Incoming(envelope.id, client, identity_of(client), self._serving)
         if req.identity is not None:
             refusal = self.authorize(envelope.body, req)
             if refusal is not None:
@@ -273,7 +286,7 @@ class Actor:
             heapq.heappush(self._timers, (now + interval, seq, interval, callback))
 
     def _timeout_ms(self, now: float) -> int:
-        deadlines = [self.worker.next_deadline(), now + 0.25]
+        deadlines = [*(w.next_deadline() for w in self.workers), now + 0.25]
         if (client_deadline := self.client.next_deadline()) is not None:
             deadlines.append(client_deadline)
         if self._timers:
@@ -288,18 +301,24 @@ class Actor:
         poller, polled = zmq.Poller(), None
         try:
             while not self._stopping:
-                sockets = (self.worker.socket, self.client.socket, *self._extra)
+                sockets = (*(w.socket for w in self.workers), self.client.socket,
+                           *self._extra)
                 if sockets != polled:
                     poller, polled = zmq.Poller(), sockets
                     for sock in sockets:
                         poller.register(sock, zmq.POLLIN)
                 ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
-                if self.worker.socket in ready:
-                    for request in self.worker.drain():
+                replies: list[tuple[Worker, Request, bytes]] = []
+                for index, worker in enumerate(self.workers):
+                    if worker.socket not in ready:
+                        continue
+                    self._serving = index
+                    for request in worker.drain():
                         self._held = False
                         reply = self.serve(request)
                         if not self._held:  # else defer() answers when its job is done
-                            self.worker.reply(request, reply)
+                            replies.append((worker, request, reply))
+                self._serving = 0
                 if self.client.socket in ready:
                     self.client.drain()
                 for sock, on_readable in list(self._extra.items()):
@@ -308,9 +327,13 @@ class Actor:
                 if not self._done.empty():  # a doorbell lost to a race: deliver anyway
                     self._deliver_deferred()
                 now = time.monotonic()
-                self.worker.tick(now)
+                for worker in self.workers:
+                    worker.tick(now)
                 self.client.tick(now)
                 self._run_timers(now)
+                self.end_turn()
+                for worker, request, reply in replies:
+                    worker.reply(request, reply)
                 self.beacon.beat()
         finally:
             self.on_stop()
@@ -323,7 +346,8 @@ class Actor:
         calls :meth:`serve` in-process (tests)."""
         if self._pool is not None:  # running jobs end by themselves (their deadline)
             self._pool.shutdown(wait=False, cancel_futures=True)
-        self.worker.close()
+        for worker in self.workers:
+            worker.close()
         self.client.close()
         self.bus.close()
         for sock in self._extra:

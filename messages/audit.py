@@ -56,15 +56,18 @@ class AppendRecords(Message, type_name="audit.append"):
 
 
 class RecordsAcked(Message, type_name="audit.acked"):
-    """Every record of the request is durably stored (now or before)."""
+    """The records named in ``record_ids`` are durably stored (now or before); those in
+    ``conflicting`` are not."""
 
     record_ids: list[str]
-    """All the request's record ids: new, or already present."""
+    """The request's record ids that are stored: new, or already present with the same
+    content. Not the conflicting ones."""
     duplicates: list[str] = Field(default_factory=list)
     """Already present before this request (a re-send): not stored again."""
     conflicting: list[str] = Field(default_factory=list)
-    """Already present with a *different* content: the first one is kept, and the attempt
-    is itself recorded in the trail (kind ``record_conflict``)."""
+    """Already present with a *different* content: NOT stored (the first one is kept, and
+    the attempt is itself recorded in the trail, kind ``record_conflict``). The sender must
+    keep such a record and send it under another id (docs/durability.md)."""
     durable: Literal[True] = True
 
 

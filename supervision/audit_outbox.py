@@ -5,8 +5,9 @@ children (and the broker another), so a record cannot wait for it: it is committ
 (WAL, ``synchronous=FULL``: it survives kill -9 of the supervisor and a power cut), and a row
 is deleted only once audit_log has acknowledged it as durable (supervision/audit_link.py).
 Rows left by a previous run are sent at the next start. Record ids are
-``{source}:{store id}:{row id}``; the store id is made once per database, and AUTOINCREMENT
-never reuses a row id, so an id names one record forever.
+``{source}:{store id}:{row id}``; the store id is made once per database, AUTOINCREMENT
+never reuses a row id, and each open starts a new epoch of ids (actors/durability.py), so
+an id names one record forever, even after a cut that rolled back the last rows.
 
 No actor reads this database (§8): it is the supervisor's own.
 """
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from actors.durability import start_epoch
 from messages.audit import AuditRecordIn
 
 DB_NAME = "supervisor.sqlite3"
@@ -46,6 +48,7 @@ class AuditOutbox:
                          (uuid.uuid4().hex,))
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        start_epoch(self._db, "outbox")
 
     @classmethod
     def in_dir(cls, data_dir: str | Path) -> AuditOutbox:

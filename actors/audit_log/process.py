@@ -80,7 +80,11 @@ class AuditLogActor(Actor):
             logger.warning("audit_log: re-sent with another content (first kept): {}",
                            conflicting)
             self.publish(events.AUDIT_RECORD_CONFLICT, record_ids=conflicting[:50])
-        return RecordsAcked(record_ids=[r.record_id for r in msg.records],
+        # A conflicting record is not stored: its id is not acknowledged, and the sender,
+        # told so, keeps it (actors/audit_sender.py sends it again under another id).
+        refused = set(conflicting)
+        return RecordsAcked(record_ids=[r.record_id for r in msg.records
+                                        if r.record_id not in refused],
                             duplicates=result.ids(msg.records, "duplicate"),
                             conflicting=conflicting)
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from actors.audit_log.evidence import FileState
+from actors.durability import fsync_dir, write_synced
 
 _TMP_PREFIX = ".tmp-"
 _WRITERS = 16
@@ -29,24 +30,7 @@ def digest_of(image: bytes) -> str:
 def _write_synced(item: tuple[Path, bytes]) -> None:
     """Write to a temporary name, fsync, rename into place (the directory is synced after)."""
     path, image = item
-    tmp = path.parent / f"{_TMP_PREFIX}{os.getpid()}-{path.name}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-    try:
-        view = memoryview(image)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_synced(path, image, path.parent / f"{_TMP_PREFIX}{os.getpid()}-{path.name}")
 
 
 class ScreenshotFiles:
@@ -86,7 +70,7 @@ class ScreenshotFiles:
         if todo:
             list(self._threads().map(_write_synced, todo))  # raises the first failure
             ordered = sorted(dirty, key=lambda p: -len(p.parts))  # children first
-            list(self._threads().map(_fsync_dir, ordered))
+            list(self._threads().map(fsync_dir, ordered))
         return stored
 
     def _threads(self) -> ThreadPoolExecutor:

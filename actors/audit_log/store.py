@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import time
 import uuid
@@ -36,6 +35,7 @@ from actors.audit_log.chain import (
 )
 from actors.audit_log.evidence import PRUNE_KIND
 from actors.audit_log.screenshots import ScreenshotFiles, digest_of
+from actors.durability import fsync_dir, write_atomic
 from messages.audit import RESERVED_SOURCE, AuditRecordIn, ScreenshotState
 
 DB_NAME = "audit.db"
@@ -176,6 +176,8 @@ class AuditStore:
     def __init__(self, data_dir: Path) -> None:
         self.path, shots_root, self.anchor_path = audit_paths(data_dir)
         shots_root.mkdir(parents=True, exist_ok=True)
+        for directory in (data_dir, self.anchor_path.parent):  # their new names, durable
+            fsync_dir(directory)
         self.files = ScreenshotFiles(shots_root)
         self.files.remove_leftovers()
         self._db = sqlite3.connect(self.path, isolation_level=None)
@@ -297,15 +299,15 @@ class AuditStore:
     def flush_anchor(self, min_interval_s: float = 0.0) -> None:
         """Write the head to the anchor file if it moved (and the last write is old enough).
 
-        Not fsync'ed and at most once a second on the hot path (a rename costs up to a
-        millisecond here): after a crash it may be behind the database, never ahead.
+        At most once a second on the hot path (written, fsync'ed, renamed, its directory
+        fsync'ed: two fsyncs): after a crash or a power cut it may be behind the database
+        (whose records it names are fsync'ed first), never ahead, never empty.
         """
         now = time.monotonic()
         if self._head == self._anchored or now - self._anchored_at < min_interval_s:
             return
-        tmp = self.anchor_path.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"seq": self._head.seq, "hash": self._head.hash}))
-        os.replace(tmp, self.anchor_path)
+        write_atomic(self.anchor_path, json.dumps(
+            {"seq": self._head.seq, "hash": self._head.hash}).encode())
         self._anchored, self._anchored_at = self._head, now
 
     # Reading ------------------------------------------------------------------------------

@@ -66,10 +66,11 @@ def _refused(record_id: str, kind: str, replay_id: str | None, problem: str) -> 
 
 
 def outbox_records(store: DispatcherStore) -> Pending:
-    """The AuditSender's view of the outbox: its audit rows, as records."""
+    """The AuditSender's view of the outbox: its audit rows on disk, as records (a row
+    staged in the turn's transaction is not sent before the turn is committed)."""
     def pending(after: int, limit: int) -> list[tuple[int, AuditRecordIn]]:
         return [(i, audit_record(store.store_id, i, effect))
-                for i, effect in store.pending_outbox(limit, after)
+                for i, effect in store.pending_outbox(limit, after, store.durable_outbox_id)
                 if isinstance(effect, AuditRecord)]
 
     return pending

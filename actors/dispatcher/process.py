@@ -1,9 +1,12 @@
 """The dispatcher actor process: the thin shell around :class:`DispatcherCore`.
 
-For every request: decode, call the core, commit the changed replays and the effects that
-nothing else would bring back (the outbox, store.OUTBOX_EFFECTS) in one SQLite transaction,
-reply, then perform the effects. A crash between commit and perform re-performs the pending
-outbox at start (receivers dedupe), and re-sends the in-flight actions with new attempt ids.
+For every request: decode, call the core, stage the changed replays and the effects that
+nothing else would bring back (the outbox, store.OUTBOX_EFFECTS) in the turn's SQLite
+transaction. At the end of the loop's turn the transaction is committed with one fsync for all
+its decisions (a group commit), and only then are the turn's replies sent and its effects
+performed (docs/durability.md): nothing leaves before the state that explains it is on disk.
+A crash between commit and perform re-performs the pending outbox at start (receivers
+dedupe), and re-sends the in-flight actions with new attempt ids.
 
 Who sent a request (DESIGN.md §9): an agent that came in with CURVE is known by the identity
 the broker authenticated (``Incoming.identity``); it may only report, claim, tell progress and
@@ -15,6 +18,7 @@ stands for the sender, and local peers are trusted operators.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -78,6 +82,8 @@ _FLUSH_SENT_S = 0.2
 # trips per step (those were ~40% of the tree's CPU per step, bench/turnaround.py): its
 # timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
+DISK_FAILURE_EXIT = 75
+"""Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
 _AUDIT_S = 0.05
 """How often audit records committed since are sent (a batch at a time; an ack sends the next
 batch at once only when the last one was full)."""
@@ -95,6 +101,9 @@ class DispatcherActor(Actor):
     """Owns replays, their queues and in-flight actions, and the state machine of spec/03."""
 
     service = "dispatcher"
+    # Requests answered in one turn share one fsync; the broker gives a connection its next
+    # request only once the last is answered, so a turn holds at most this many requests.
+    worker_connections: ClassVar[int] = 8
     # A report is let through whatever machine it names: the core refuses it and keeps it in
     # the reports log (core.report). Control commands are not here: people control.
     agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {
@@ -108,6 +117,8 @@ class DispatcherActor(Actor):
         self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
+        self._grouped = False  # run(): decisions wait for the end of the turn (end_turn)
+        self._turn: list[Effect] = []  # effects of the turn's staged decisions
         self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
         self.handle(GetReplayStatus, lambda m, _r: self.core.status(m).reply)
         self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
@@ -120,7 +131,7 @@ class DispatcherActor(Actor):
                                                  time.time()).reply)
         self.handle(ActionProgress,
                     lambda m, r: self._apply(self.core.progress(m, r.identity or m.machine_id,
-                                                                time.time()), durable=False))
+                                                                time.time())))
         self.handle(AgentHello,
                     lambda m, _r: self._apply(self.core.agent_hello(m, time.time())))
         self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
@@ -139,6 +150,10 @@ class DispatcherActor(Actor):
         self.every(_AUDIT_S, self.audit.tick)
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
 
+    def run(self) -> int:
+        self._grouped = True
+        return super().run()
+
     def on_start(self) -> None:
         decision = self.core.recover(time.time())
         if decision.effects:
@@ -150,7 +165,29 @@ class DispatcherActor(Actor):
         # A watchdog batch not sent yet is not lost: at the start every in-flight action is
         # re-sent, tracked again under its new attempt id.
         self._flush_sent()
+        self.end_turn()
         self.store.close()
+
+    def end_turn(self) -> None:
+        """The group commit: one fsync for the turn's decisions, then their effects (the
+        base sends the turn's replies after this). A failed commit stops the process: the
+        core's memory is ahead of the disk, and nothing of the turn may go out; the
+        supervisor restarts us from what is on disk (docs/durability.md)."""
+        if not self.store.staged:
+            return
+        try:
+            self.store.harden()
+        except Exception:
+            logger.exception("dispatcher: cannot commit the turn's decisions; stopping")
+            self._turn = []
+            os._exit(DISK_FAILURE_EXIT)
+        held, self._turn = self._turn, []
+        # Dispatches first (a stable sort): an agent is waiting for them, the bus and the
+        # bookkeeping are not. The store wrote the reports log; audit records wait in the
+        # outbox for the AuditSender.
+        for effect in sorted(held, key=lambda e: not isinstance(e, SendToAgent)):
+            self._perform(effect)
+        self.audit.notify()
 
     def operator_pause(self, msg: PauseReplay) -> Decision:
         """Operator pause (D8): from the next step; the action in flight is not cancelled."""
@@ -166,14 +203,7 @@ class DispatcherActor(Actor):
             self.publish(events.SENDER_REFUSED, service=self.service, type=msg.type_name,
                          identity=req.identity, sender_machine=sender, code=decision.reply.code,
                          message=decision.reply.message)
-        return self._apply(decision, durable=not self._settled(decision))
-
-    def _settled(self, decision: Decision) -> bool:
-        """The hot path: a decision whose replays run on or complete is committed without an
-        fsync (store.py says why that loses nothing); one that pauses a replay is durable."""
-        replays = self.core.replays
-        return all(replays[i].status in ("running", "completed")
-                   for i in decision.changed if i in replays)
+        return self._apply(decision)
 
     def refuse_sender(self, msg: Message, req: Incoming, code: str, text: str) -> Message:
         """As every actor does (log, ``lea:sender_refused``), and an audit record."""
@@ -205,33 +235,33 @@ class DispatcherActor(Actor):
 
         return handler
 
-    def _apply(self, decision: Decision, request: tuple[str, str] | None = None, *,
-               durable: bool = True) -> Message:
-        """Commit, then perform; returns the reply. Nothing is sent before the commit.
+    def _apply(self, decision: Decision, request: tuple[str, str] | None = None) -> Message:
+        """Stage the decision; returns the reply. Nothing is sent before the commit.
 
+        Under :meth:`run`, the reply and the effects wait for the end of the turn (the group
+        commit, :meth:`end_turn`); called in-process (tests), it commits and performs at once.
         ``request`` ``(envelope id, kind)``: a control request, recorded with its reply.
-        ``durable=False``: no fsync for this commit (see store.py).
         """
         if not decision.changed and not decision.effects:
             return decision.reply
         record = None if request is None else (*request, encode(decision.reply, request[0]))
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
-        self.store.commit_decision(self.core.replays, decision, record, durable=durable,
-                                   sent=self._sent)
+        self.store.commit_decision(self.core.replays, decision, record, sent=self._sent,
+                                   harden=False)
         self._sent = []
-        # Dispatches first (a stable sort): an agent is waiting for them, the bus and the
-        # bookkeeping are not. The store wrote the reports log; audit records wait in the
-        # outbox for the AuditSender.
-        for effect in sorted(decision.effects, key=lambda e: not isinstance(e, SendToAgent)):
-            if not isinstance(effect, RecordReport | AuditRecord):
-                self._perform(effect)
+        self._turn.extend(e for e in decision.effects
+                          if not isinstance(e, RecordReport | AuditRecord))
+        if not self._grouped:
+            self.end_turn()
         return decision.reply
 
     def _flush_sent(self) -> None:
         if self._sent:
             sent, self._sent = self._sent, []
             self.store.mark_sent(sent)
+            if not self._grouped:
+                self.end_turn()
 
     def _flush_watchdog(self) -> None:
         if self._watchdog:
@@ -275,7 +305,7 @@ class DispatcherActor(Actor):
         decision = self.core.consulted(consult.replay_id, consult.token, answer, why,
                                        time.time())
         # A verdict or a route lets the replay run on: the hot path, as a report is.
-        self._apply(decision, durable=not self._settled(decision))
+        self._apply(decision)
 
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:

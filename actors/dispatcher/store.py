@@ -1,27 +1,16 @@
 """SQLite persistence of the dispatcher's state, its outbox and its reports log (D1).
 
-Durability: WAL journal. Every commit survives kill -9 of the dispatcher (once COMMIT
-returns the WAL is in the OS page cache). A *durable* commit (``synchronous=FULL``, the
-default) is also fsync'ed, so it survives an OS crash or power cut too; and since the WAL
-is one file, its fsync hardens every earlier commit as well.
+Durability (docs/durability.md): WAL journal, ``synchronous=FULL``, and nothing leaves the
+dispatcher before the commit that explains it is fsync'ed. The loop *stages* each decision in
+the transaction of its turn (:meth:`DispatcherStore.stage`) and *hardens* the turn once
+(:meth:`DispatcherStore.harden`: one COMMIT, one fsync of the WAL for every decision of the
+turn), and only then are the turn's replies, dispatches and audit records sent: a group
+commit. A crash or a power cut before the COMMIT loses decisions nobody has heard of.
+A thread (syncer.py) checkpoints the WAL into the database file off the loop.
 
-Not every commit is durable: ``commit(durable=False)`` is the dispatcher's hot path, a report
-accepted whose replay runs on or completes. Such a commit is ``synchronous=NORMAL``: no fsync in
-the loop; a thread (syncer.py) checkpoints the WAL every 50 ms, which fsyncs it. Until then
-an OS crash may roll back the last ones (the database stays consistent). That loses nothing:
-the dispatcher restarts with the action of an earlier step in flight and re-sends it, and the
-agent's on-disk ledger (fsync'ed, on the workstation, 256 actions) answers from what it
-recorded, without executing again (``already_executed``, spec/03 cases g/k), step after step
-up to where it was. To keep that window well inside the ledger, a commit is made durable
-anyway when ``MAX_UNSYNCED_COMMITS`` are not known on disk, or none has been for
-``MAX_UNSYNCED_S`` (the syncer fell behind). The reply to a request (a report's ack
-included) is still sent only after its commit.
-Why: an fsync cost 0.4-20 ms on the shared 2-core VMs (under load), a whole step 0.3 ms
-without it; with one per step the dispatcher spent half its time in fsync and missed the
-turnaround and throughput targets (bench/turnaround.py, bench/throughput.py). Everything
-else stays durable: what people decided (start, resume, pause, cancel), hellos, the
-watchdog's orphans, and a report that pauses a replay (re-sent, the agent's answer carries
-``already_executed`` instead of the warning that paused, so the pause would not come back).
+Outbox ids (audit record ids are made of them) are never reused, whatever a cut rolls back:
+each open of the store durably starts a new *epoch*, and the ids of an epoch start at
+``epoch << 32`` (:func:`actors.durability.start_epoch`).
 
 Writes are kept small: a replay's workflow is written once, at its first commit; every later
 transition rewrites only the mutable part (a few hundred bytes of msgpack) and appends the
@@ -33,11 +22,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgpack
 
@@ -58,6 +46,7 @@ from actors.dispatcher.state import (
     mutable_restore,
 )
 from actors.dispatcher.syncer import SYNC_INTERVAL_S, WalSyncer
+from actors.durability import fsync_dir, start_epoch
 from messages.workflow import Workflow
 
 SCHEMA_VERSION = 1
@@ -91,11 +80,6 @@ CREATE TABLE IF NOT EXISTS requests (
 """
 
 _TERMINAL = tuple(sorted(TERMINAL))
-MAX_UNSYNCED_COMMITS = 128
-"""Commits not known on disk at most: each one accepts one step of one agent, and an agent's
-ledger remembers 256, so a rolled-back window is always answered from it."""
-MAX_UNSYNCED_S = 1.0
-"""... and for at most this long."""
 WAL_AUTOCHECKPOINT = 10_000
 """Pages (4 KiB) before the loop's own connection checkpoints: the syncer does it before."""
 KEEP_REQUESTS = 4096
@@ -121,19 +105,18 @@ def _unpack(data: bytes) -> Any:
 class DispatcherStore:
     """The dispatcher's database; one instance per process, used from one thread."""
 
-    def __init__(self, path: str | Path, *, synchronous: Literal["FULL", "NORMAL"] = "FULL",
-                 keep_finished: int = 1000, sync_interval_s: float = SYNC_INTERVAL_S) -> None:
+    def __init__(self, path: str | Path, *, keep_finished: int = 1000,
+                 sync_interval_s: float = SYNC_INTERVAL_S) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists()
         self.keep_finished = keep_finished
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._durable_level: str = synchronous  # of a durable commit
-        self._level: str = synchronous  # as set on the connection now
-        self._syncer: WalSyncer | None = None  # started by the first non-durable commit
-        self._sync_interval_s = sync_interval_s
-        self.last_durable = True  # whether the last commit was fsync'ed (for tests, logs)
+        # FULL: every COMMIT fsyncs the WAL, which hardens every earlier commit too (one
+        # file): a turn's decisions are committed together (stage, harden).
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
@@ -144,6 +127,17 @@ class DispatcherStore:
                          (uuid.uuid4().hex,))
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        # A FULL commit: it also hardens whatever a killed predecessor committed without
+        # its fsync finishing (we are about to read it and send it on).
+        self.epoch = start_epoch(self._db, "outbox")
+        if new:
+            fsync_dir(self.path.parent)  # the new file's name must survive a cut too
+        self._syncer = WalSyncer(self.path, sync_interval_s)
+        self.durable_outbox_id = self._max_outbox_id()
+        """Outbox rows up to this id are on disk: the audit sender sends no other."""
+        self.staged = 0  # decisions in the open transaction (0: none open)
+        self._staged_known: set[str] = set()
+        self._staged_resolved: dict[str, int] = {}
         self._known: set[str] = set()  # replays whose immutable head is in the database
         self._resolved_written: dict[str, int] = {}  # replay_id -> entries of ``resolved``
 
@@ -153,26 +147,15 @@ class DispatcherStore:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
-        if self._syncer is not None:
-            self._syncer.close()
+        """Close; a turn staged and not hardened is rolled back (nobody heard of it)."""
+        self._syncer.close()
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
         self._db.close()
 
-    def _synchronous(self, level: str) -> None:
-        """Set the connection's ``synchronous`` for the next transactions (not within one)."""
-        if level != self._level:
-            self._db.execute(f"PRAGMA synchronous={level}")
-            self._level = level
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
+    def _max_outbox_id(self) -> int:
+        (top,) = self._db.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
+        return int(top)
 
     # Loading ------------------------------------------------------------------------------
 
@@ -207,32 +190,30 @@ class DispatcherStore:
 
     # Committing ---------------------------------------------------------------------------
 
-    def commit(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
-               request: tuple[str, str, bytes] | None = None, *, durable: bool = True,
-               sent: Iterable[int] = ()) -> list[tuple[int, Effect]]:
-        """Persist changed replays, the reports log and the outbox in ONE transaction.
+    def stage(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
+              request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = ()
+              ) -> list[tuple[int, Effect]]:
+        """Write changed replays, the reports log and the outbox in the turn's transaction
+        (begun by the first stage of a turn); :meth:`harden` commits them all.
 
-        Returns the outbox rows written ``(outbox_id, effect)``, to perform then mark sent.
-        ``RecordReport`` effects go to the reports log; only :data:`OUTBOX_EFFECTS` go to the
-        outbox, the others are for the caller to perform (see there why). ``request``
-        ``(request_id, kind, reply)`` records the control request this decision applies,
-        with its encoded reply (see :meth:`reply_for`). ``durable=False``: see the module
-        docstring. ``sent``: outbox ids performed since, deleted in the same transaction.
+        Returns the outbox rows written ``(outbox_id, effect)``. ``RecordReport`` effects go
+        to the reports log; only :data:`OUTBOX_EFFECTS` go to the outbox, the others are for
+        the caller to perform (see there why). ``request`` ``(request_id, kind, reply)``
+        records the control request this decision applies, with its encoded reply (see
+        :meth:`reply_for`). ``sent``: outbox ids performed since, deleted.
+        A failed write rolls the whole turn back and raises: the caller must not send
+        anything of it, nor go on from its memory (the dispatcher stops, docs/durability.md).
         """
         replays = list(replays)
         written: list[tuple[int, Effect]] = []
-        resolved_counts: dict[str, int] = {}
-        if not durable and self._syncer is None:
-            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
-            self._syncer = WalSyncer(self.path, self._sync_interval_s)
-        if not durable and self._syncer is not None:
-            commits, age = self._syncer.unsynced()
-            durable = commits >= MAX_UNSYNCED_COMMITS or age >= MAX_UNSYNCED_S
-        self._synchronous(self._durable_level if durable else "NORMAL")
-        with self._transaction() as db:
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN IMMEDIATE")
+        try:
+            db = self._db
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in sent])
             for r in replays:
-                resolved_counts[r.replay_id] = self._write_replay(db, r)
+                self._staged_resolved[r.replay_id] = self._write_replay(db, r)
+                self._staged_known.add(r.replay_id)
             for effect in effects:
                 if isinstance(effect, RecordReport):
                     self._write_report(db, effect)
@@ -251,25 +232,59 @@ class DispatcherStore:
                            request)
                 db.execute("DELETE FROM requests WHERE seq <= (SELECT max(seq) FROM requests)"
                            " - ?", (KEEP_REQUESTS,))
-        # Only once committed: a rolled-back transaction must be rewritten in full next time.
-        self._known.update(r.replay_id for r in replays)
-        self._resolved_written.update(resolved_counts)
-        self.last_durable = durable and self._durable_level == "FULL"
-        if self._syncer is not None:
-            self._syncer.committed(self.last_durable)
+        except BaseException:
+            self.rollback()
+            raise
+        self.staged += 1
         return written
 
-    def unsynced(self) -> int:
-        """Commits not known to be on disk yet (0 when every commit so far was durable)."""
-        return 0 if self._syncer is None else self._syncer.unsynced()[0]
+    def harden(self) -> None:
+        """Commit the turn's transaction: one fsync for every decision staged in it. Raises
+        (and rolls back) if the commit fails."""
+        if not self._db.in_transaction:
+            self.staged = 0
+            return
+        try:
+            self._db.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+        # Only once committed: a rolled-back transaction must be rewritten in full next time.
+        self._known.update(self._staged_known)
+        self._resolved_written.update(self._staged_resolved)
+        self._staged_known.clear()
+        self._staged_resolved.clear()
+        self.staged = 0
+        self.durable_outbox_id = self._max_outbox_id()
+        self._syncer.committed()
+
+    def rollback(self) -> None:
+        """Forget the turn's transaction."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        self._staged_known.clear()
+        self._staged_resolved.clear()
+        self.staged = 0
+
+    def commit(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
+               request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = ()
+               ) -> list[tuple[int, Effect]]:
+        """:meth:`stage` then :meth:`harden`: durable on return."""
+        written = self.stage(replays, effects, request, sent=sent)
+        self.harden()
+        return written
 
     def commit_decision(self, replays: Mapping[str, ReplayState], decision: Decision,
                         request: tuple[str, str, bytes] | None = None, *,
-                        durable: bool = True, sent: Iterable[int] = (),
+                        sent: Iterable[int] = (), harden: bool = True,
                         ) -> list[tuple[int, Effect]]:
-        """:meth:`commit` of ``decision.changed`` looked up in the core's ``replays``."""
-        return self.commit([replays[i] for i in sorted(decision.changed) if i in replays],
-                           decision.effects, request, durable=durable, sent=sent)
+        """:meth:`stage` (and :meth:`harden`) of ``decision.changed`` looked up in the
+        core's ``replays``."""
+        written = self.stage([replays[i] for i in sorted(decision.changed) if i in replays],
+                             decision.effects, request, sent=sent)
+        if harden:
+            self.harden()
+        return written
 
     def reply_for(self, request_id: str, kind: str) -> bytes | None:
         """The reply recorded for control request ``request_id`` of ``kind``, if applied."""
@@ -279,7 +294,7 @@ class DispatcherStore:
 
     def _write_replay(self, db: sqlite3.Connection, r: ReplayState) -> int:
         mutable = _pack(mutable_dump(r))
-        if r.replay_id in self._known:
+        if r.replay_id in self._known or r.replay_id in self._staged_known:
             db.execute("UPDATE replays SET status = ?, state = ?, updated_at = ? "
                        "WHERE replay_id = ?", (r.status, mutable, r.updated_at, r.replay_id))
         else:
@@ -292,7 +307,8 @@ class DispatcherStore:
                 (r.replay_id, r.seq, r.session_id, r.machine_id, r.mode, r.operator,
                  r.created_at, _pack(r.workflow.model_dump(mode="json")), r.status, mutable,
                  r.updated_at))
-        fresh = len(r.resolved) - self._resolved_written.get(r.replay_id, 0)
+        fresh = len(r.resolved) - self._staged_resolved.get(
+            r.replay_id, self._resolved_written.get(r.replay_id, 0))
         # The newest entries only, without walking the older ones (``resolved`` only grows).
         db.executemany(
             "INSERT OR IGNORE INTO resolved (replay_id, action_id, outcome, attempt_id) "
@@ -318,24 +334,25 @@ class DispatcherStore:
 
     # Outbox and reports log ---------------------------------------------------------------
 
-    def pending_outbox(self, limit: int | None = None, after: int = 0
-                       ) -> list[tuple[int, Effect]]:
-        """Effects committed but not yet marked sent, oldest first (ids above ``after``)."""
-        rows = self._db.execute("SELECT id, body FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
-                                (after, -1 if limit is None else limit)).fetchall()
+    def pending_outbox(self, limit: int | None = None, after: int = 0,
+                       upto: int | None = None) -> list[tuple[int, Effect]]:
+        """Effects committed but not yet marked sent, oldest first (ids above ``after``, up
+        to ``upto``)."""
+        rows = self._db.execute(
+            "SELECT id, body FROM outbox WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+            (after, (1 << 62) if upto is None else upto,
+             -1 if limit is None else limit)).fetchall()
         return [(oid, effect_from_dict(_unpack(body))) for oid, body in rows]
 
     def mark_sent(self, outbox_ids: Iterable[int]) -> None:
-        """Forget performed effects (their ids are never reused).
+        """Forget performed effects (their ids are never reused), in the turn's transaction.
 
-        Never fsync'ed for itself: rows an OS crash brings back are performed again, which
-        every receiver deduplicates (as after a crash before this call).
+        A cut that brings rows back only has them performed again, which every receiver
+        deduplicates (as after a crash before this call).
         """
-        ids = [(i,) for i in outbox_ids]
+        ids = list(outbox_ids)
         if ids:
-            self._synchronous("NORMAL")
-            with self._transaction() as db:
-                db.executemany("DELETE FROM outbox WHERE id = ?", ids)
+            self.stage((), (), sent=ids)
 
     def reports(self, replay_id: str | None = None) -> list[dict[str, Any]]:
         """The reports log, oldest first (every report received, with its ack status)."""

@@ -1,19 +1,15 @@
-"""Hardens the dispatcher's non-durable commits off its loop: a thread checkpointing the WAL.
+"""Checkpoints the dispatcher's WAL off its loop: a thread with its own connection.
 
-A checkpoint fsyncs the WAL before it copies it into the database file, then fsyncs that file
-(SQLite does so at ``synchronous`` NORMAL or FULL on the connection that checkpoints). So once
-a checkpoint has copied every frame there was when it started, every commit made before it
-started is on disk. Done here, in a thread with its own connection (sqlite3 releases the GIL
-while SQLite works), those fsyncs no longer stall the dispatcher's loop: it only counts its
-commits (:meth:`WalSyncer.committed`) and makes a commit durable itself when this thread
-falls behind (see store.py).
+Every commit of the dispatcher is fsync'ed (a group commit, docs/durability.md), so this
+thread is not about durability: it keeps the WAL short by copying it into the database file
+(a checkpoint, which SQLite does with two fsyncs) on a thread of its own (sqlite3 releases
+the GIL while SQLite works), rather than on the loop's connection at some commit.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 from loguru import logger
@@ -22,30 +18,27 @@ SYNC_INTERVAL_S = 0.05
 
 
 class WalSyncer:
-    """Checkpoints ``path`` every ``interval_s`` while there are commits not known on disk."""
+    """Checkpoints ``path`` every ``interval_s`` while commits were made since the last."""
 
     def __init__(self, path: Path, interval_s: float = SYNC_INTERVAL_S) -> None:
         self.path = path
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._committed = 0  # commits made by the loop
-        self._synced = 0  # of those, how many are known to be on disk
-        self._synced_at = time.monotonic()
+        self._copied = 0  # of those, how many a checkpoint has copied into the file
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wal-syncer", daemon=True)
         self._thread.start()
 
-    def committed(self, durable: bool) -> None:
-        """The loop made a commit; a durable one (fsync'ed) hardened every earlier one too."""
+    def committed(self) -> None:
+        """The loop made a commit."""
         with self._lock:
             self._committed += 1
-            if durable:
-                self._synced, self._synced_at = self._committed, time.monotonic()
 
-    def unsynced(self) -> tuple[int, float]:
-        """(commits not known on disk, seconds since the last time all were)."""
+    def behind(self) -> int:
+        """Commits not yet copied into the database file."""
         with self._lock:
-            return self._committed - self._synced, time.monotonic() - self._synced_at
+            return self._committed - self._copied
 
     def close(self) -> None:
         self._stop.set()
@@ -55,7 +48,8 @@ class WalSyncer:
         try:
             db = sqlite3.connect(self.path, isolation_level=None)
         except sqlite3.Error:
-            logger.exception("wal syncer: cannot open {}; the loop will fsync itself", self.path)
+            logger.exception("wal syncer: cannot open {}; SQLite checkpoints on the loop",
+                             self.path)
             return
         try:
             db.execute("PRAGMA synchronous=NORMAL")  # a checkpoint fsyncs; nothing else here
@@ -65,10 +59,10 @@ class WalSyncer:
             db.close()
 
     def sync(self, db: sqlite3.Connection) -> bool:
-        """One checkpoint if commits wait; True if they are all on disk now."""
+        """One checkpoint if commits wait; True if they are all in the database file now."""
         with self._lock:
             target = self._committed
-            if target <= self._synced:
+            if target <= self._copied:
                 return True
         try:
             busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -78,6 +72,5 @@ class WalSyncer:
         if busy or copied != frames:
             return False  # another checkpoint ran, or frames were held back: next time
         with self._lock:
-            if target > self._synced:
-                self._synced, self._synced_at = target, time.monotonic()
+            self._copied = max(self._copied, target)
         return True

@@ -1,5 +1,6 @@
-"""The dispatcher's hot path: reports committed without an fsync, hardened by the WAL syncer
-thread (or by a durable commit past a bound); watchdog updates sent in batches."""
+"""The dispatcher's group commit: a turn's decisions staged in one transaction and committed
+with one fsync before anything of them goes out; outbox ids never given twice; the WAL
+checkpointed off the loop; watchdog updates sent in batches."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from actors.dispatcher.effects import AuditRecord, TrackInFlight, UntrackInFlight
 from actors.dispatcher.process import DispatcherActor
 from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.store import DB_NAME, MAX_UNSYNCED_COMMITS, DispatcherStore
+from actors.dispatcher.audit_records import outbox_records
+from actors.dispatcher.store import DB_NAME, DispatcherStore
 from actors.watchdog.process import WatchdogActor
 from broker.config import Settings
 from broker.worker import Request
@@ -31,40 +33,73 @@ def _steps(n: int) -> list[str]:
     return [f"s{i}" for i in range(n)]
 
 
-def _report(store: DispatcherStore, h: H, rid: str, durable: bool) -> None:
-    store.commit_decision(h.core.replays, h.report(rid), durable=durable)
+def _report(store: DispatcherStore, h: H, rid: str, harden: bool = True) -> None:
+    store.commit_decision(h.core.replays, h.report(rid), harden=harden)
 
 
-def test_past_the_bound_a_non_durable_commit_is_made_durable(tmp_path: Path) -> None:
-    store = DispatcherStore(tmp_path / DB_NAME, sync_interval_s=3600)  # syncer never runs
+def _count(path: Path, rid: str) -> int:
+    """Steps resolved, as another connection sees them (committed ones only)."""
+    db = sqlite3.connect(path)
+    try:
+        (n,) = db.execute("SELECT count(*) FROM resolved WHERE replay_id = ?",
+                          (rid,)).fetchone()
+        return int(n)
+    finally:
+        db.close()
+
+
+def test_a_turn_is_one_transaction_and_harden_commits_it(tmp_path: Path) -> None:
+    path = tmp_path / DB_NAME
+    store = DispatcherStore(path, sync_interval_s=3600)  # no checkpoint meanwhile
     h = H()
-    rid, start = h.start(wf(*_steps(MAX_UNSYNCED_COMMITS + 5)), mode="autonomous")
+    rid, start = h.start(wf(*_steps(10)), mode="autonomous")
     store.commit_decision(h.core.replays, start)
-    assert store.last_durable and store.unsynced() == 0
-    for i in range(MAX_UNSYNCED_COMMITS):
-        _report(store, h, rid, durable=False)
-        assert not store.last_durable and store.unsynced() == i + 1
-    _report(store, h, rid, durable=False)  # past the bound: fsync'ed, and all before it too
-    assert store.last_durable and store.unsynced() == 0
-    _report(store, h, rid, durable=False)
-    assert store.unsynced() == 1
-    _report(store, h, rid, durable=True)
-    assert store.last_durable and store.unsynced() == 0
+    before = store.durable_outbox_id
+    for i in range(4):
+        _report(store, h, rid, harden=False)
+        assert store.staged == i + 1
+    assert _count(path, rid) == 0  # nothing of the turn is committed yet...
+    assert store.durable_outbox_id == before  # ...nor may its audit records be sent
+    assert max(i for i, _ in store.pending_outbox()) > before
+    store.harden()  # one COMMIT, one fsync, for the four
+    assert store.staged == 0 and _count(path, rid) == 4
+    assert store.durable_outbox_id == max(i for i, _ in store.pending_outbox())
     store.close()
 
 
-def test_the_syncer_checkpoints_non_durable_commits_into_the_database_file(
+def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
         tmp_path: Path) -> None:
+    """What a cut does: the turn's transaction never reached the disk. The ids its rows had
+    are not handed out again (a new epoch at each open), so no record id names two records."""
+    path = tmp_path / DB_NAME
+    store = DispatcherStore(path)
+    h = H()
+    rid, start = h.start(wf(*_steps(10)), mode="autonomous")
+    kept = [i for i, _ in store.commit_decision(h.core.replays, start)]
+    lost = [i for i, _ in store.commit_decision(h.core.replays, h.report(rid),
+                                                harden=False)]
+    assert lost and min(lost) > max(kept)
+    store.close()  # the open turn is rolled back, as after a crash
+    again = DispatcherStore(path)
+    assert again.epoch == store.epoch + 1
+    assert [i for i, _ in again.pending_outbox()] == kept
+    h2 = H()
+    _rid2, start2 = h2.start(wf("t1"), mode="autonomous")
+    fresh = [i for i, _ in again.commit_decision(h2.core.replays, start2)]
+    assert min(fresh) > max(lost)
+    again.close()
+
+
+def test_the_syncer_checkpoints_commits_into_the_database_file(tmp_path: Path) -> None:
     path = tmp_path / DB_NAME
     store = DispatcherStore(path, sync_interval_s=0.01)
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
     store.commit_decision(h.core.replays, start)
     for _ in range(4):
-        _report(store, h, rid, durable=False)
-    wait_until(lambda: store.unsynced() == 0, timeout=10)
-    # Checkpointed: the database file alone, without its WAL, already holds the 4 steps
-    # (SQLite fsyncs the WAL before copying it there, then the file).
+        _report(store, h, rid)
+    wait_until(lambda: store._syncer.behind() == 0, timeout=10)
+    # Checkpointed: the database file alone, without its WAL, already holds the 4 steps.
     alone = tmp_path / "alone.sqlite3"
     shutil.copyfile(path, alone)
     db = sqlite3.connect(alone)
@@ -112,22 +147,24 @@ def _report_of(actor: DispatcherActor, rid: str) -> ActionReport:
                         attempt_id=r.inflight.attempt_id, success=True)
 
 
-def test_only_reports_that_pause_a_replay_are_fsynced(settings: Settings) -> None:
+def test_in_a_turn_nothing_goes_out_before_the_group_commit(settings: Settings) -> None:
+    """Under run(): replies wait in the base loop, dispatches and audit records here, until
+    end_turn has committed the turn (one fsync for every decision of it)."""
     with dispatcher(settings) as actor:
-        started = serve(actor, StartReplay(workflow=wf("s1", "s2", act("p", "pause_for_human"),
-                                                       "s3"), machine_id="m1"))
-        assert isinstance(started, ReplayStarted) and actor.store.last_durable
+        started = serve(actor, StartReplay(workflow=wf("s1", "s2", "s3"), machine_id="m1",
+                                           mode="autonomous"))
+        assert isinstance(started, ReplayStarted) and actor.store.staged == 0
         rid = started.replay_id
-        serve(actor, _report_of(actor, rid))  # s1 done, s2 dispatched
-        assert not actor.store.last_durable
-        serve(actor, _report_of(actor, rid))  # s2 done, the replay pauses (supervised)
-        assert actor.core.replays[rid].status == "paused_need_help"
-        assert actor.store.last_durable
-        done = serve(actor, StartReplay(workflow=wf("t1"), machine_id="m2"))
-        assert isinstance(done, ReplayStarted)
-        serve(actor, _report_of(actor, done.replay_id))  # t1 done: completed
-        assert actor.core.replays[done.replay_id].status == "completed"
-        assert not actor.store.last_durable
+        actor.end_turn()
+        sent = actor.client.outstanding  # the first dispatch
+        actor._grouped = True
+        serve(actor, _report_of(actor, rid))  # s1 done, s2 dispatched: staged only
+        assert actor.store.staged == 1 and actor.client.outstanding == sent
+        records = outbox_records(actor.store)
+        assert all(i <= actor.store.durable_outbox_id for i, _ in records(0, 1000))
+        actor.end_turn()
+        assert actor.store.staged == 0 and actor.client.outstanding == sent + 1
+        assert max(i for i, _ in records(0, 1000)) == actor.store.durable_outbox_id
 
 
 def test_watchdog_updates_wait_for_the_batch_outside_the_outbox(settings: Settings) -> None:

@@ -162,6 +162,9 @@ class Ledger:
             # faster but may lose the last commits on power loss, i.e. a *started* mark.
             db.execute("PRAGMA synchronous=FULL")
             _check_schema(db, self.path)
+            # Power cuts (docs/durability.md): a predecessor killed between a commit's write
+            # and its fsync left rows we are about to act on; a checkpoint fsyncs them first.
+            db.execute("PRAGMA wal_checkpoint(FULL)")
         except BaseException:
             db.close()
             raise

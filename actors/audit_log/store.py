@@ -185,6 +185,10 @@ class AuditStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_SCHEMA)
+        # A predecessor killed between a commit's write and its fsync left records that a
+        # re-send would now be told are stored: a checkpoint fsyncs them first (power cuts,
+        # docs/durability.md).
+        self._db.execute("PRAGMA wal_checkpoint(FULL)")
         seq, digest, _at = self.head()
         self._head = self._anchored = Anchor(seq, digest)
         self._anchored_at = 0.0

@@ -59,13 +59,13 @@ class Agent:
 
     def __init__(self, system: System, machine_id: str, scenario: dict[str, Any] | None,
                  extra_env: dict[str, str] | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, data_dir: Path | None = None) -> None:
         self.extra_args = list(extra_args or [])  # more agent flags (--ssh, --curve...)
         self.system = system
         self.machine_id = machine_id
         base = system.tmp / f"agent-{machine_id}"
         base.mkdir(parents=True, exist_ok=True)
-        self.data_dir = base / "data"
+        self.data_dir = data_dir or base / "data"  # its disk (the effects log: the world)
         self.effects_path = base / "effects.jsonl"
         self.scenario_path: Path | None = None
         if scenario is not None:
@@ -136,8 +136,8 @@ class System:
 
     def agent(self, machine_id: str, scenario: dict[str, Any] | None = None,
               extra_env: dict[str, str] | None = None,
-              extra_args: list[str] | None = None) -> Agent:
-        return Agent(self, machine_id, scenario, extra_env, extra_args)
+              extra_args: list[str] | None = None, data_dir: Path | None = None) -> Agent:
+        return Agent(self, machine_id, scenario, extra_env, extra_args, data_dir)
 
     # Control ---------------------------------------------------------------------------------
 

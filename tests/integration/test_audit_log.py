@@ -10,13 +10,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import msgpack
 import pytest
+import zmq
 
+from actors.audit_sender import AuditSender, conflict_id
 from broker.bus import Subscriber
-from broker.client import CallFailed, SyncClient
+from broker.client import Callback, CallFailed, Client, SyncClient
 from messages import decode
 from messages.audit import (
     MAX_SCREENSHOT_BYTES,
@@ -29,6 +32,7 @@ from messages.audit import (
     GetAuditHead,
     RecordsAcked,
 )
+from messages.base import Message
 from messages.control import ErrorReply, Ping, Pong
 from messages.events import BAD_MESSAGE
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
@@ -49,6 +53,7 @@ class AuditTree:
         self.spawn, self.env = spawn, env
         spawn(python_argv("-m", "broker"), env=env, name="broker")
         self.client = SyncClient(env["LEA_MDP_ENDPOINT"])
+        self.async_client = Client(zmq.Context.instance(), env["LEA_MDP_ENDPOINT"])
         self.actor = self.start()
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -63,6 +68,17 @@ class AuditTree:
             except CallFailed:
                 return False
         wait_until(pong, timeout=20)
+
+    def client_call(self, service: str, message: Message, callback: Callback,
+                    timeout_s: float, retries: int) -> str:
+        """A non-blocking call (an AuditSender's), answered by :meth:`pump`."""
+        return self.async_client.call(service, message, callback, timeout_s, retries)
+
+    def pump(self) -> None:
+        """Wait a little for replies to :meth:`client_call`, and deliver them."""
+        if self.async_client.socket.poll(50):
+            self.async_client.drain()
+        self.async_client.tick(time.monotonic())
 
     def call(self, message: AppendRecords | AuditQuery | GetAuditHead | Ping,
              timeout_s: float = 5.0) -> object:
@@ -90,6 +106,7 @@ def audit_tree(spawn: Spawn, lea_env: dict[str, str]) -> Iterator[AuditTree]:
     tree.wait_serving()
     yield tree
     tree.client.close()
+    tree.async_client.close()
 
 
 def test_append_acks_once_durable_and_a_resend_is_not_stored_twice(
@@ -229,3 +246,33 @@ def test_bad_requests_are_refused_whole_and_the_actor_keeps_serving(
     sub.close()
     assert isinstance(audit_tree.call(AppendRecords(records=[record("rp", 1)])), RecordsAcked)
     assert audit_tree.actor.poll() is None
+
+
+def test_a_conflicting_id_is_not_acknowledged_and_its_record_is_kept_under_another(
+        audit_tree: AuditTree) -> None:
+    """The same record id with another content (what a rollback reusing outbox ids made):
+    audit_log keeps the first, says `conflicting` and leaves the id out of the stored ones;
+    the sender keeps the row and sends the record again under a name of its own."""
+    first = record("rp1", 0, action_id="s0")
+    assert isinstance(audit_tree.call(AppendRecords(records=[first])), RecordsAcked)
+    other = record("rp1", 0, action_id="s9")  # same id, another content
+    reply = audit_tree.call(AppendRecords(records=[other, record("rp1", 1)]))
+    assert isinstance(reply, RecordsAcked)
+    assert reply.conflicting == ["rp1:0"] and reply.record_ids == ["rp1:1"]
+
+    rows = {7: other}  # a sender whose outbox row 7 holds that record
+    let_go: list[int] = []
+    sender = AuditSender(lambda after, limit: [(i, r) for i, r in rows.items() if i > after],
+                         audit_tree.client_call, let_go.extend)
+    deadline = time.monotonic() + 30
+    while not let_go and time.monotonic() < deadline:
+        sender.tick(time.monotonic())
+        audit_tree.pump()
+    assert let_go == [7] and sender.conflicts == 1
+    stored = {r.record_id: r for r in audit_tree.all_records()}
+    renamed = conflict_id(other)
+    assert renamed.startswith("rp1:0+") and stored[renamed].data["action_id"] == "s9"
+    assert stored["rp1:0"].data["action_id"] == "s0"  # the first one, untouched
+    conflicts = [r for r in stored.values() if r.kind == "record_conflict"]
+    assert {r.data["record_id"] for r in conflicts} == {"rp1:0"}
+    assert audit_tree.cli("audit", "verify").returncode == 0

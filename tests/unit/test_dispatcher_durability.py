@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.effects import AuditRecord, TrackInFlight, UntrackInFlight
 from actors.dispatcher.process import DispatcherActor
 from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.store import DB_NAME, DispatcherStore
 from actors.watchdog.process import WatchdogActor
 from broker.config import Settings
@@ -25,7 +25,7 @@ from messages.codec import decode, encode
 from messages.dispatch import ActionReport, InFlight, Track, TrackBatch, Untrack
 from messages.replay import Ack, ReplayStarted, StartReplay
 from tests.conftest import free_port, wait_until
-from tests.unit.test_dispatcher_core import H, act, wf
+from tests.unit.test_dispatcher_core import H, wf
 from tests.unit.test_dispatcher_process import dispatcher as process_dispatcher
 
 

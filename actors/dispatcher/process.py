@@ -178,9 +178,7 @@ class DispatcherActor(Actor):
         try:
             self.store.harden()
         except Exception:
-            logger.exception("dispatcher: cannot commit the turn's decisions; stopping")
-            self._turn = []
-            os._exit(DISK_FAILURE_EXIT)
+            self._stop_on_disk_failure()
         held, self._turn = self._turn, []
         # Dispatches first (a stable sort): an agent is waiting for them, the bus and the
         # bookkeeping are not. The store wrote the reports log; audit records wait in the
@@ -188,6 +186,12 @@ class DispatcherActor(Actor):
         for effect in sorted(held, key=lambda e: not isinstance(e, SendToAgent)):
             self._perform(effect)
         self.audit.notify()
+
+    def _stop_on_disk_failure(self) -> None:
+        """Exit now, sending nothing more: the turn's decisions are not on disk (they are
+        rolled back) but in memory and in the replies the loop holds."""
+        logger.exception("dispatcher: cannot commit the turn's decisions; stopping")
+        os._exit(DISK_FAILURE_EXIT)
 
     def operator_pause(self, msg: PauseReplay) -> Decision:
         """Operator pause (D8): from the next step; the action in flight is not cancelled."""
@@ -247,8 +251,13 @@ class DispatcherActor(Actor):
         record = None if request is None else (*request, encode(decision.reply, request[0]))
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
-        self.store.commit_decision(self.core.replays, decision, record, sent=self._sent,
-                                   harden=False)
+        try:
+            self.store.commit_decision(self.core.replays, decision, record, sent=self._sent,
+                                       harden=False)
+        except Exception:
+            if self._grouped:  # the turn is rolled back: its replies must not go out
+                self._stop_on_disk_failure()
+            raise
         self._sent = []
         self._turn.extend(e for e in decision.effects
                           if not isinstance(e, RecordReport | AuditRecord))

@@ -15,6 +15,7 @@ taken before a cut. Reproduce a run's random choices with ``LEA_CHAOS_SEED=<seed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -52,18 +53,16 @@ def disks(tmp_path: Path) -> Iterator[tuple[Disk, Disk]]:
         workstations.close()
 
 
-def kill_group(pid: int) -> None:
-    """Every process of ``pid``'s group at once (they all lose power), and wait for them."""
-    procs = [p for p in psutil.process_iter() if _group(p) == pid]
-    os.killpg(pid, signal.SIGKILL)
+def power_off(pid: int) -> None:
+    """``pid`` and every process under it lose power at once: all frozen first (none goes on
+    writing, nor restarts another, while the others die), then killed; waits for them."""
+    root = psutil.Process(pid)
+    procs = [root, *root.children(recursive=True)]
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(sig)
     psutil.wait_procs(procs, timeout=30)
-
-
-def _group(p: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(p.pid)
-    except (ProcessLookupError, psutil.Error):
-        return None
 
 
 class PowerCuts:
@@ -86,7 +85,7 @@ class PowerCuts:
                 self.anchors.append(f"{head.seq}:{head.hash}")
         except Exception:
             pass
-        kill_group(self.system.tree.pid)
+        power_off(self.system.tree.pid)
         self.system.tree.wait()
         self.lost.append(self.server.cut()["lost_bytes"])
         self.cuts["server"] += 1
@@ -96,7 +95,7 @@ class PowerCuts:
     def cut_workstations(self) -> None:
         for s in self.chaos.sessions:
             assert s.agent.proc is not None
-            kill_group(s.agent.proc.pid)
+            power_off(s.agent.proc.pid)
             s.agent.proc.wait()
         self.lost.append(self.workstations.cut()["lost_bytes"])
         self.cuts["workstations"] += 1

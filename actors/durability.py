@@ -28,6 +28,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """Make ``path``'s content durable (its name needs :func:`fsync_dir` of its directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_synced(path: Path, data: bytes, tmp: Path) -> None:
     """Write ``data`` to ``tmp``, fsync it, rename it to ``path``; the caller fsyncs the
     directory (once for many files)."""

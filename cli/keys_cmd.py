@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from actors.durability import fsync_dir, fsync_file, write_atomic
 from broker.config import Settings
 
 _NAME_HELP = "agent name (its machine id): letters, digits, '_', '.', '-'"
@@ -41,13 +42,17 @@ def _pair(directory: Path, name: str) -> tuple[Path, Path, bool]:
     finally:
         os.umask(old)
     os.chmod(made_public, 0o644)
+    # pyzmq writes the files in place: make them and their names durable before anyone
+    # relies on them (a power cut must not leave an empty key, docs/durability.md).
+    for made in (made_public, made_secret):
+        fsync_file(Path(made))
+    fsync_dir(directory)
+    fsync_dir(directory.parent)
     return Path(made_public), Path(made_secret), True
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Create what is missing and say where everything is; 2 on a bad name or an I/O error."""
-    import shutil
-
     from agent.process import MACHINE_ID
     from broker.curve import KeyLayout
 
@@ -67,7 +72,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             print(f"agent {name}: {'created' if created else 'kept'} {secret} (for that "
                   f"workstation only, --agent-key) and {public}")
             if args.allow:
-                shutil.copyfile(public, layout.allowed / public.name)
+                write_atomic(layout.allowed / public.name, public.read_bytes())
                 print(f"agent {name}: allowed ({layout.allowed / public.name})")
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)

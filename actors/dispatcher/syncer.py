@@ -14,7 +14,9 @@ from pathlib import Path
 
 from loguru import logger
 
-SYNC_INTERVAL_S = 0.05
+SYNC_INTERVAL_S = 1.0
+"""Checkpoints are not on any path that waits; each costs two fsyncs that compete with the
+loop's own commit on the disk, so not too often."""
 
 
 class WalSyncer:

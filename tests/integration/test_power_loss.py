@@ -188,6 +188,8 @@ def check_trail(system: System, chaos: Chaos, power: PowerCuts, data_dir: Path,
 
 
 # ``disks`` first: set up before ``spawn``, so unmounted after every process is stopped.
+# Each cut restarts the whole tree: more than the suite's default timeout on a slow machine.
+@pytest.mark.timeout(900)
 def test_power_cuts_short(disks: tuple[Disk, Disk], spawn: Spawn, lea_env: dict[str, str],
                           tmp_path: Path) -> None:
     run_power_cuts(spawn, lea_env, tmp_path, disks, sessions=4, actions=20, cuts=4,
@@ -195,6 +197,7 @@ def test_power_cuts_short(disks: tuple[Disk, Disk], spawn: Spawn, lea_env: dict[
 
 
 @pytest.mark.long
+@pytest.mark.timeout(3600)
 def test_power_cuts_long(disks: tuple[Disk, Disk], spawn: Spawn, lea_env: dict[str, str],
                         tmp_path: Path) -> None:
     # The scene: six concurrent 40-step replays, and more cuts.

@@ -213,7 +213,7 @@ class Agent:
 
     def _resume_ledger(self) -> None:
         for entry in self.ledger.unfinished():
-            self.intake.recover(entry)
+            self.intake.after_restart(entry)
         for entry in self.ledger.unacked():
             assert entry.outbox is not None
             try:

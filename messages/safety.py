@@ -139,6 +139,33 @@ def safety_level(action: Action) -> SafetyLevel | None:
     return level if level in ("standard", "medical_critical") else None
 
 
+CONFIRM_STEP_CHECK_ID = "confirm_step"
+
+
+def confirm_step_check(check_id: str = CONFIRM_STEP_CHECK_ID) -> SafetyCheck:
+    """The required ``system`` check of a ``medical_critical`` pause that declares no
+    required check: a step marked critical always waits for a person who confirms it."""
+    return SafetyCheck(
+        id=check_id, label=("Confirmez cette étape : elle est marquée critique pour le "
+                            "patient (medical_critical)."),
+        required=True, source="system", evidence=None)
+
+
+def pause_checks(action: Action) -> list[SafetyCheck]:
+    """The checks a pause_for_human shows before any from the model: the declared ones,
+    and, at ``medical_critical`` with none of them required, :func:`confirm_step_check`
+    (so such a pause always pauses, in every mode, and needs a named person to resume)."""
+    checks = declared_checks(action)
+    if safety_level(action) == "medical_critical" and not any(c.required for c in checks):
+        taken = {c.id for c in checks}
+        cid, n = CONFIRM_STEP_CHECK_ID, 1
+        while cid in taken:
+            n += 1
+            cid = f"{CONFIRM_STEP_CHECK_ID}_{n}"
+        checks.append(confirm_step_check(cid))
+    return checks
+
+
 def declared_checks(action: Action) -> list[SafetyCheck]:
     """``parameters.safety_checks`` as SafetyCheck (source declarative, evidence None).
 

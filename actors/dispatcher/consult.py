@@ -31,8 +31,8 @@ from messages.safety import (
     PausePayload,
     RecentStep,
     ReplayContext,
-    declared_checks,
     llm_unavailable_check,
+    pause_checks,
     safety_level,
 )
 from messages.workflow import Action
@@ -118,7 +118,7 @@ def pause_payload(answer: Message | None, action: Action, config: DispatcherConf
                   "llm": None if answer.llm is None else answer.llm.model_dump(mode="json"),
                   "checks": len(answer.checks), "source": "safety_checks"}
         return rules.PauseCause(answer.pause_reason, answer.message, detail), answer.checks
-    checks = declared_checks(action)
+    checks = pause_checks(action)
     if (config.llm_enabled and config.llm_fail_closed
             and safety_level(action) == "medical_critical"):
         checks.append(llm_unavailable_check("safety_checks_unavailable"))

@@ -40,7 +40,7 @@ from messages.loop import ForgetReplay
 from messages.monitor import MonitorResolution
 from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
-from messages.safety import declared_checks
+from messages.safety import pause_checks
 from messages.workflow import SCREEN_TYPES, Action
 
 
@@ -115,11 +115,13 @@ class Engine:
             if head.type != "pause_for_human":
                 self._dispatch(r, head, tx)
                 return
-            checks = declared_checks(head)
+            checks = pause_checks(head)
             if r.mode == "supervised" or checks:
                 self._pause_for_human(r, head, checks, tx)
                 return
-            r.index += 1  # autonomous mode: a pause_for_human without checks is skipped
+            # Autonomous mode: a pause_for_human without checks is skipped (a medical_critical
+            # one always has a required check: messages.safety.pause_checks).
+            r.index += 1
             r.completed_actions += 1  # resolved: progress reaches total on completion
             r.bump("skipped")
             info = {**who(r, head.action_id), "reason": "autonomous_mode"}

@@ -51,8 +51,10 @@ class Intake:
 
     def __init__(self, ledger: Ledger, machine_id: str, service: str,
                  execute: Callable[[DispatchAction], None], send: SendReport,
-                 stopping: Callable[[], bool], claim: Claim | None = None) -> None:
+                 stopping: Callable[[], bool], claim: Claim | None = None,
+                 instance_id: str | None = None) -> None:
         self.ledger = ledger
+        self.instance_id = instance_id  # named in every receipt (messages.ActionReceived)
         self.machine_id = machine_id
         self.service = service
         self._execute = execute
@@ -73,7 +75,8 @@ class Intake:
             return ErrorReply(code="wrong_machine",
                               message=f"this is agent {self.machine_id!r}, "
                                       f"not {dispatch.machine_id!r}")
-        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id)
+        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id,
+                                  instance_id=self.instance_id)
         k = key(dispatch)
         in_progress = [d for d in (self.current, *self.queued) if d is not None and key(d) == k]
         if in_progress:

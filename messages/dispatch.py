@@ -84,8 +84,13 @@ class ActionProgress(Message, type_name="action.progress"):
 
 
 class ActionReceived(Message, type_name="action.received"):
+    """Agent → dispatcher, the reply to a dispatch: this attempt is in the hands of agent
+    process ``instance_id`` (its hello's): a hello from that same process does not make the
+    dispatcher send it again (actors/dispatcher/process.py)."""
+
     action_id: str
     attempt_id: str
+    instance_id: str | None = Field(None, max_length=128)
 
 
 class ActionReport(Message, type_name="action.report"):

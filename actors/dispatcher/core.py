@@ -271,11 +271,17 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
         return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
                                  status=status))
 
-    def agent_hello(self, msg: AgentHello, now: float) -> Decision:
-        """An agent (re)connected: resend what it should be doing, show pauses again."""
+    def agent_hello(self, msg: AgentHello, now: float,
+                    underway: frozenset[str] = frozenset()) -> Decision:
+        """An agent (re)connected: resend what it should be doing, show pauses again.
+
+        Not resent: the attempts the hello says the agent holds, and ``underway``, those the
+        shell knows to be in this agent process's hands or still on their way to it (a
+        dispatch the broker queued before the agent was there: process.py).
+        """
         tx = Tx(now)
         resent: list[str] = []
-        held = set(msg.holding)
+        held = set(msg.holding) | underway
         kept: list[str] = []
         for r in self._active():
             if r.inflight is not None and r.inflight.machine_id == msg.machine_id:

@@ -5,6 +5,7 @@ pause a failure caused, and a setting the tree cannot honour stops it at start."
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
@@ -76,8 +77,9 @@ def test_cancelled_at_a_failure_pause_is_failed(spawn: Spawn, lea_env: dict[str,
     status = cli(system, "replay", "status", rid, "--json")
     assert json.loads(status.stdout)["replays"][0]["status"] == "failed"
 
+    ready_agent(system, "M2")  # M1's screen is still covered by the dialog
     running = system.start(workflow(*clicks(1), {"type": "wait",
-                                                  "parameters": {"duration_ms": 60_000}}), "M1")
+                                                  "parameters": {"duration_ms": 60_000}}), "M2")
     system.wait_status(running, "running", where=lambda s: s.completed_actions == 1)
     assert cli(system, "replay", "cancel", running).stdout.startswith(f"cancelled {running}")
     assert system.status(running).status == "cancelled"
@@ -94,3 +96,59 @@ def test_a_setting_the_tree_cannot_honour_stops_it_at_start(lea_env: dict[str, s
                               capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 2, (name, done.stderr)
         assert f"error: setting {name}" in done.stderr and says in done.stderr, done.stderr
+
+
+def test_after_an_input_the_expected_window_is_checked(spawn: Spawn, lea_env: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    """A click that should bring up « Prescription » brings up another window: the step
+    is done (never clicked twice), and the replay pauses wrong_window before the next."""
+    system = System(spawn, lea_env, tmp_path)
+    desktop = {"window_title": "Dossier patient", "widgets": [
+        {"name": "Ordonnance", "kind": "button", "x": 0.1, "y": 0.1, "w": 0.2, "h": 0.1,
+         "opens": "Ordonnance — Easily"},
+        {"name": "Courrier", "kind": "button", "x": 0.5, "y": 0.1, "w": 0.2, "h": 0.1,
+         "opens": "Courrier — Easily"}]}
+    agent = ready_agent(system, "M1", scenario={"desktop": desktop})
+    rid = system.start(workflow(
+        {"type": "click", "target_spec": {"x_pct": 0.2, "y_pct": 0.15},
+         "expected_window_title": "Ordonnance"},
+        {"type": "click", "target_spec": {"x_pct": 0.6, "y_pct": 0.15},
+         "expected_window_title": "Prescription"},
+        *clicks(1)), "M1")
+    s = system.wait_status(rid, PAUSED)
+    assert (s.pause_reason, s.completed_actions) == ("wrong_window", 2)
+    assert s.pause_message is not None and "Prescription" in s.pause_message
+    assert agent.executed("s1") == 1 and agent.executed("s2") == 0
+    assert cli(system, "replay", "resume", rid).returncode == 0
+    system.wait_status(rid, "completed")
+    assert agent.executed("s1") == 1
+
+
+def test_workflow_check_refuses_a_click_it_cannot_locate(tmp_path: Path) -> None:
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps({"workflow_id": "wf", "actions": [
+        {"action_id": "open", "type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}},
+        {"action_id": "blind", "type": "double_click", "target_spec": {"x_pct": 0.5}},
+        {"action_id": "typed", "type": "type", "parameters": {"text": "x"}},
+        {"action_id": "nowhere", "type": "click"}]}))
+    done = subprocess.run(python_argv("run.py", "workflow", "check", str(path)), cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "blind: a double_click with no way to locate its target" in done.stderr
+    assert "nowhere: a click with no way" in done.stderr
+    assert "open:" not in done.stderr and "typed:" not in done.stderr
+
+
+def test_a_critical_pause_without_a_screenshot_gets_a_fresh_capture(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    """The pause is the first step: no earlier step left a screenshot. The dispatcher asks
+    the agent for one, and the model is asked with it (before: no request, no_screenshot)."""
+    with OllamaStub("good") as stub:
+        system = System(spawn, lea_env, tmp_path, {"OLLAMA_URL": stub.url})
+        ready_agent(system, "M1")
+        rid = system.start(workflow(CRITICAL, *clicks(1)), "M1")
+        s = system.wait_status(rid, PAUSED)
+        (sent,) = stub.received()
+        assert base64.b64decode(sent["images"][0]).startswith(b"\x89PNG")  # the agent's
+        assert [c.source for c in s.safety_checks] == ["system", "llm_contextual",
+                                                       "llm_contextual"]

@@ -881,6 +881,18 @@ def test_case_t_agent_hello_resends_in_flight_without_using_the_watchdog_budget(
     assert h.cur(other).resent_count == 0
 
 
+def test_a_hello_does_not_resend_what_is_underway_to_the_agent() -> None:
+    """The shell knows a dispatch is on its way, or was received by this agent process:
+    the hello keeps it (issue 15: no resend of what is in the agent's hands)."""
+    h = H()
+    rid, d0 = h.start(wf("s1", "s2"))
+    first = sent(d0)[0]
+    d = h.do(h.core.agent_hello(AgentHello(machine_id="m1", instance_id="inst", pid=42),
+                                h.now, underway=frozenset({first.attempt_id})))
+    assert sent(d) == [] and h.cur(rid).attempt_id == first.attempt_id
+    assert isinstance(d.reply, Ack) and d.reply.detail == {"resent": [], "kept": ["s1"]}
+
+
 def test_case_r_hello_while_paused_shows_the_pause_again_and_dispatches_nothing() -> None:
     h = H()
     rid, _ = h.start(wf(act("p", "pause_for_human", message="Appelez le médecin")))

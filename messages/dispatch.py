@@ -92,6 +92,15 @@ class ActionReceived(Message, type_name="action.received"):
     attempt_id: str
     instance_id: str | None = Field(None, max_length=128)
 
+    @model_serializer(mode="wrap")
+    def _omit_no_instance(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when set: a dispatcher older than the field (models forbid extra keys)
+        # still reads the receipt, and agents that do not name themselves stay as they were.
+        data = handler(self)
+        if self.instance_id is None and isinstance(data, dict):
+            data.pop("instance_id", None)
+        return data
+
 
 class ActionReport(Message, type_name="action.report"):
     """Agent → dispatcher: the outcome of one attempt (spec/03 §4.2); retried until acked."""

@@ -294,6 +294,18 @@ class Ledger:
                 (now, replay_id, action_id, attempt_id))
             return cur.rowcount == 1
 
+    def forget_unfinished(self, replay_id: str, action_id: str) -> bool:
+        """Remove a row marked started and never finished (and its aliases), so that the
+        next dispatch of that action runs it: for an action without input, which a restart
+        cut (serve.Intake.after_restart). False if there was no such row."""
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM actions WHERE replay_id = ? AND action_id = ?"
+                             f" AND state = 'started' AND {_EXECUTED}", (replay_id, action_id))
+            if cur.rowcount:
+                db.execute("DELETE FROM actions WHERE replay_id = ? AND answered_by = ?",
+                           (replay_id, action_id))
+            return cur.rowcount == 1
+
     def lookup(self, replay_id: str, action_id: str) -> LedgerEntry | None:
         """The row of ``action_id`` in ``replay_id``, if the ledger holds it."""
         row = self._db.execute(

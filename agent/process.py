@@ -61,6 +61,7 @@ from messages.dispatch import (
     DispatchAction,
 )
 from messages.pause import AgentPaused, AgentPauseEnded
+from messages.safety import CaptureScreen, ScreenCaptured
 from supervision.liveness import Beacon
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -160,6 +161,8 @@ class Agent:
             return self.intake.on_dispatch(body)
         if isinstance(body, Ping):
             return Pong(service=self.service, pid=os.getpid(), started_at=self.started_at)
+        if isinstance(body, CaptureScreen):
+            return self._capture(body)
         if isinstance(body, AgentPaused):
             return self.pauses.on_paused(body)
         if isinstance(body, AgentPauseEnded):
@@ -167,6 +170,20 @@ class Agent:
         logger.warning("refused a {!r} request: agents only take action.dispatch", envelope.type)
         return ErrorReply(code="unsupported_type",
                           message=f"{self.service} does not handle {envelope.type!r}")
+
+    def _capture(self, msg: CaptureScreen) -> ScreenCaptured:
+        """A fresh screenshot for a pause's safety checks (no input: never claimed)."""
+        capture = getattr(self.executor, "capture", None)
+        if capture is None:
+            return ScreenCaptured(error=f"the {self.executor.name} executor cannot capture")
+        try:
+            image, idx = capture(msg.monitor_index, msg.monitor_geometry)
+        except Exception as exc:  # a capture that fails is reported, never raised
+            logger.warning("capture for {} {} failed: {}", msg.replay_id, msg.action_id, exc)
+            return ScreenCaptured(error=f"{type(exc).__name__}: {exc}"[:500])
+        logger.info("captured monitor {} for the pause {} ({} bytes)", idx, msg.action_id,
+                    len(image))
+        return ScreenCaptured(image=image, monitor_idx=idx)
 
     @staticmethod
     def _refused(reason: str, detail: str) -> None:
@@ -213,7 +230,7 @@ class Agent:
 
     def _resume_ledger(self) -> None:
         for entry in self.ledger.unfinished():
-            self.intake.recover(entry)
+            self.intake.after_restart(entry)
         for entry in self.ledger.unacked():
             assert entry.outbox is not None
             try:
@@ -244,7 +261,8 @@ class Agent:
                          " (its actions could then run twice)", self.data_dir, exc)
             return 2
         self.intake = Intake(self.ledger, self.machine_id, self.service, self._jobs.put,
-                             self._send_report, lambda: self._stopping, self._claim)
+                             self._send_report, lambda: self._stopping, self._claim,
+                             self.instance_id)
         in_main = threading.current_thread() is threading.main_thread()
         if in_main:
             signal.signal(signal.SIGTERM, self._on_signal)

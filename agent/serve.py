@@ -8,7 +8,8 @@ A dispatch is one step with every action id of it the ledger knows: its own id, 
 ``supersedes`` (a resume of a step the watchdog gave up, whose abandoned copies may or may
 not have run), or an id that superseded it (it is such a stale copy). If one of them ran,
 the dispatch is answered with that outcome re-addressed to it (``already_executed``, or the
-indeterminate report if that run was cut by a restart) and not executed. If one is
+indeterminate report if that run of an input action was cut by a restart) and not executed;
+an action without input cut by a restart is forgotten and runs again. If one is
 executing right now, the dispatch waits in the queue and is answered once it is done.
 """
 
@@ -50,8 +51,10 @@ class Intake:
 
     def __init__(self, ledger: Ledger, machine_id: str, service: str,
                  execute: Callable[[DispatchAction], None], send: SendReport,
-                 stopping: Callable[[], bool], claim: Claim | None = None) -> None:
+                 stopping: Callable[[], bool], claim: Claim | None = None,
+                 instance_id: str | None = None) -> None:
         self.ledger = ledger
+        self.instance_id = instance_id  # named in every receipt (messages.ActionReceived)
         self.machine_id = machine_id
         self.service = service
         self._execute = execute
@@ -72,7 +75,8 @@ class Intake:
             return ErrorReply(code="wrong_machine",
                               message=f"this is agent {self.machine_id!r}, "
                                       f"not {dispatch.machine_id!r}")
-        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id)
+        received = ActionReceived(action_id=action_id, attempt_id=dispatch.attempt_id,
+                                  instance_id=self.instance_id)
         k = key(dispatch)
         in_progress = [d for d in (self.current, *self.queued) if d is not None and key(d) == k]
         if in_progress:
@@ -112,6 +116,8 @@ class Intake:
         its own id (or the id it is an alias of), else of an id it supersedes."""
         for action_id in (dispatch.action.action_id, *dispatch.supersedes):
             owner = self.ledger.resolve(dispatch.replay_id, action_id)
+            if owner is not None and not owner.finished and not self._executing(owner):
+                owner = self.after_restart(owner)  # only at startup normally
             if owner is not None:
                 return owner
         return None
@@ -122,8 +128,6 @@ class Intake:
     def _answer(self, owner: LedgerEntry, dispatch: DispatchAction) -> None:
         """Answer ``dispatch`` with the outcome of ``owner``'s execution, re-addressed (cases
         g, k; or another id of the same step), instead of executing it."""
-        if not owner.finished:  # started by an earlier process: only at startup normally
-            owner = self.recover(owner)
         own = owner.key == key(dispatch)
         row = owner if own else self.ledger.lookup(*key(dispatch))
         action_id = dispatch.action.action_id
@@ -229,8 +233,21 @@ class Intake:
         self._send(report, data)
         self.start_next()
 
+    def after_restart(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """Started by a process that died before finishing. An input action may or may not
+        have reached the screen: reported indeterminate, a person must check (the entry
+        returned). An action without input (wait, verify_screen) has no effect to repeat:
+        forgotten (None), it runs again when the dispatcher re-sends it (issue 15)."""
+        if entry.action_type in INPUT_TYPES:
+            return self.recover(entry)
+        if self.ledger.forget_unfinished(*entry.key):
+            logger.warning("{} ({}) was cut by a restart: it has no input, it runs again when"
+                           " re-sent", entry.action_id, entry.action_type)
+        return None
+
     def recover(self, entry: LedgerEntry) -> LedgerEntry:
-        """Started by a process that died before finishing: report it as indeterminate."""
+        """An input action started by a process that died before finishing: report it as
+        indeterminate."""
         logger.warning("{} ({}) was started but never finished before a restart: reporting"
                        " it indeterminate, a person must check", entry.action_id,
                        entry.action_type)

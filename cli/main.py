@@ -82,7 +82,20 @@ def _up(settings: Settings, _args: argparse.Namespace) -> int:
     if (problem := config_problem(settings)) is not None:
         print(f"error: console: {problem}", file=sys.stderr)
         return 2
+    if _settings_refused():
+        return 2
     return run_tree(settings)
+
+
+def _settings_refused() -> bool:
+    """Say so (and True) if an actor's setting cannot be honoured: the tree does not start
+    with a setting that would do nothing or something else than it says."""
+    from actors.settings_check import settings_problems
+
+    problems = settings_problems()
+    for problem in problems:
+        print(f"error: setting {problem}", file=sys.stderr)
+    return bool(problems)
 
 
 def _console(settings: Settings, _args: argparse.Namespace) -> int:
@@ -107,6 +120,8 @@ def _actor(settings: Settings, args: argparse.Namespace) -> int:
     from actors import actor_class
     from broker.logs import setup_logging
 
+    if _settings_refused():
+        return 2
     setup_logging(args.name, settings.log_level)
     return actor_class(args.name)(settings).run()
 

@@ -217,5 +217,6 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
                                                        operator=args.operator),
                             timeout_s=timeout).body
     assert isinstance(cancelled, ReplayCancelled)
-    _emit(cancelled, args.json, f"cancelled {cancelled.replay_id}")
+    _emit(cancelled, args.json, f"{cancelled.status} {cancelled.replay_id}"
+          + (" (cancelled at a pause a failure caused)" if cancelled.status == "failed" else ""))
     return 0

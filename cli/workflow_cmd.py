@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from messages.workflow import Workflow
+from messages.workflow import Workflow, unlocatable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
         workflow = load_workflow(args.file)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    problems = unlocatable(workflow.actions)
+    if problems:
+        # Replayed, such a step could only fail, or act blind (issue 15): refused here.
+        print(f"error: {args.file}: " + "\n  ".join(["actions the agent cannot locate:",
+                                                       *problems]), file=sys.stderr)
         return 1
     kinds = sorted({a.type for a in workflow.actions})
     print(f"ok: {workflow.workflow_id}: {len(workflow.actions)} actions ({', '.join(kinds)})")

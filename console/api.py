@@ -198,7 +198,7 @@ async def cancel(console: Console, replay_id: Annotated[str, REPLAY_ID],
         console.live.mark(replay_id)
     if not isinstance(reply, ReplayCancelled):
         raise ApiProblem(502, "unexpected_reply", f"dispatcher answered {reply.type_name}")
-    return Cancelled(replay_id=reply.replay_id)
+    return Cancelled(status=reply.status, replay_id=reply.replay_id)
 
 
 @api.get("/screenshots/{sha256}", response_class=Response,

@@ -142,7 +142,8 @@ def happening(name: str, data: dict[str, Any]) -> str:
             checked = f" ({len(acked)} vérification(s) cochée(s))" if acked else ""
             return f"Repris par {who}{checked}"
         case "replay_cancelled":
-            return f"Arrêté par {who}"
+            ended = " (échec)" if data.get("outcome") == "failed" else ""
+            return f"Arrêté par {who}{ended}"
         case "replay_completed":
             return f"Terminé ({data.get('completed_actions', '?')} / {data.get('total', '?')})"
         case "loop_detected":

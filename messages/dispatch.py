@@ -84,8 +84,22 @@ class ActionProgress(Message, type_name="action.progress"):
 
 
 class ActionReceived(Message, type_name="action.received"):
+    """Agent → dispatcher, the reply to a dispatch: this attempt is in the hands of agent
+    process ``instance_id`` (its hello's): a hello from that same process does not make the
+    dispatcher send it again (actors/dispatcher/process.py)."""
+
     action_id: str
     attempt_id: str
+    instance_id: str | None = Field(None, max_length=128)
+
+    @model_serializer(mode="wrap")
+    def _omit_no_instance(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when set: a dispatcher older than the field (models forbid extra keys)
+        # still reads the receipt, and agents that do not name themselves stay as they were.
+        data = handler(self)
+        if self.instance_id is None and isinstance(data, dict):
+            data.pop("instance_id", None)
+        return data
 
 
 class ActionReport(Message, type_name="action.report"):

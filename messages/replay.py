@@ -99,7 +99,9 @@ class CancelReplay(Message, type_name="replay.cancel"):
 
 
 class ReplayCancelled(Message, type_name="replay.cancelled"):
-    status: Literal["cancelled"] = "cancelled"
+    """``failed`` when cancelled at a pause a failure caused (README: An action's life)."""
+
+    status: Literal["cancelled", "failed"] = "cancelled"
     replay_id: str
     session_id: str
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from messages.base import Message
+from messages.monitor import Monitor
 from messages.replay import Mode, SafetyCheck
 from messages.workflow import Action, SafetyLevel
 
@@ -67,6 +68,8 @@ class BuildPausePayload(Message, type_name="safety.build_pause_payload"):
     action: Action
     context: ReplayContext
     last_screenshot: bytes | None = None  # PNG of the workstation's current screen
+    time_left_s: float | None = Field(None, ge=0, le=600)
+    """What is left of RPA_SAFETY_CHECKS_LLM_TIMEOUT_S after the fresh capture (None: all)."""
 
     @field_validator("action")
     @classmethod
@@ -75,6 +78,25 @@ class BuildPausePayload(Message, type_name="safety.build_pause_payload"):
             raise ValueError(f"action {action.action_id!r} is a {action.type!r}, "
                              "not a pause_for_human")
         return action
+
+
+class CaptureScreen(Message, type_name="agent.capture_screen"):
+    """Dispatcher → ``agent.<machine_id>``: a fresh capture of the monitor a pause is about,
+    for the model, when no earlier step left a screenshot (a pause at the first step, or
+    after a step without capture). Answered by :class:`ScreenCaptured`."""
+
+    replay_id: str = Field(min_length=1, max_length=128)
+    action_id: str = Field(min_length=1, max_length=200)
+    monitor_index: int | None = None
+    monitor_geometry: Monitor | None = None
+
+
+class ScreenCaptured(Message, type_name="agent.screen_captured"):
+    """The PNG captured (``image``), or why none (``error``)."""
+
+    image: bytes | None = None
+    monitor_idx: int | None = None  # -1: the composite
+    error: str | None = Field(None, max_length=500)
 
 
 class DroppedCheck(Message):
@@ -137,6 +159,33 @@ def pause_message(action: Action) -> str:
 def safety_level(action: Action) -> SafetyLevel | None:
     level = action.parameters.get("safety_level")
     return level if level in ("standard", "medical_critical") else None
+
+
+CONFIRM_STEP_CHECK_ID = "confirm_step"
+
+
+def confirm_step_check(check_id: str = CONFIRM_STEP_CHECK_ID) -> SafetyCheck:
+    """The required ``system`` check of a ``medical_critical`` pause that declares no
+    required check: a step marked critical always waits for a person who confirms it."""
+    return SafetyCheck(
+        id=check_id, label=("Confirmez cette étape : elle est marquée critique pour le "
+                            "patient (medical_critical)."),
+        required=True, source="system", evidence=None)
+
+
+def pause_checks(action: Action) -> list[SafetyCheck]:
+    """The checks a pause_for_human shows before any from the model: the declared ones,
+    and, at ``medical_critical`` with none of them required, :func:`confirm_step_check`
+    (so such a pause always pauses, in every mode, and needs a named person to resume)."""
+    checks = declared_checks(action)
+    if safety_level(action) == "medical_critical" and not any(c.required for c in checks):
+        taken = {c.id for c in checks}
+        cid, n = CONFIRM_STEP_CHECK_ID, 1
+        while cid in taken:
+            n += 1
+            cid = f"{CONFIRM_STEP_CHECK_ID}_{n}"
+        checks.append(confirm_step_check(cid))
+    return checks
 
 
 def declared_checks(action: Action) -> list[SafetyCheck]:

@@ -55,6 +55,28 @@ class TargetSpec(_Strict):
     y_pct: float | None = Field(None, ge=0.0, le=1.0)
 
 
+def locates(spec: TargetSpec | None) -> bool:
+    """Whether ``spec`` gives any way to find a target: an anchor image, a text or a
+    description to look for, a UI Automation target, or a recorded position (both
+    ``x_pct`` and ``y_pct``)."""
+    return spec is not None and bool(
+        spec.anchor_image_base64 or spec.by_text or spec.vlm_description or spec.uia_target
+        or (spec.x_pct is not None and spec.y_pct is not None))
+
+
+POINTER_TYPES: frozenset[str] = frozenset({"click", "double_click", "right_click"})
+
+
+def unlocatable(actions: list[Action]) -> list[str]:
+    """One line per input action that could not find where to act: a click of any kind
+    with no way to locate its target (:func:`locates`), or an input whose ``target_spec``
+    locates nothing (without one, typing and keys go where the focus is)."""
+    return [f"{a.action_id}: a {a.type} with no way to locate its target (no "
+            "anchor_image_base64, no by_text / vlm_description, no x_pct + y_pct)"
+            for a in actions if a.type in INPUT_TYPES and not locates(a.target_spec)
+            and (a.type in POINTER_TYPES or a.target_spec is not None)]
+
+
 SafetyLevel = Literal["standard", "medical_critical"]
 
 

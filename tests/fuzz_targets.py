@@ -40,12 +40,13 @@ from messages.codec import decode, encode
 from messages.control import Ping
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
+from messages.safety import CaptureScreen
 
 DEFERRED_TIMEOUT_S = 30.0
 """A deferred answer later than this is a hang (the LLM timeout in the fuzz env is 1 s)."""
 AGENT_MACHINE = "m1"
 AGENT_TAKES: frozenset[type[Message]] = frozenset(
-    {DispatchAction, AgentPaused, AgentPauseEnded, Ping})
+    {DispatchAction, AgentPaused, AgentPauseEnded, CaptureScreen, Ping})
 
 ACTOR_NAMES = ("dispatcher", "watchdog", "loop_detector", "safety_checks", "monitor_router",
                "audit_log")
@@ -139,7 +140,8 @@ class AgentTarget(Target):
         self.agent_requests = {Ping: None}
         agent.ledger = Ledger(data_dir / "ledger.sqlite3")
         agent.intake = Intake(agent.ledger, agent.machine_id, agent.service, agent._jobs.put,
-                              agent._send_report, lambda: agent._stopping, agent._claim)
+                              agent._send_report, lambda: agent._stopping, agent._claim,
+                              agent.instance_id)
         agent.ctx = zmq.Context()
         agent.client = Client(agent.ctx, settings.mdp_endpoint)
         agent.outbox = Retrying(agent.client)

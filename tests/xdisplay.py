@@ -162,6 +162,18 @@ def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False
     return result
 
 
+def relayout(display: str, old: Sequence[MonitorSpec], new: Sequence[MonitorSpec]) -> None:
+    """Unplug the ``old`` monitors of :func:`start_xdisplay` and plug ``new`` ones (the first
+    primary) on the running display, inside its frame buffer: a monitor unplugged, replaced
+    or renumbered between a recording and its replay."""
+    for i in range(len(old)):
+        _xrandr(display, "--delmonitor", f"MON{i + 1}")
+    for i, (w, h, x, y) in enumerate(new):
+        mm_w, mm_h = round(w * 25.4 / 96), round(h * 25.4 / 96)
+        _xrandr(display, "--setmonitor", f"{'*' if i == 0 else ''}NEW{i + 1}",
+                f"{w}/{mm_w}x{h}/{mm_h}+{x}+{y}", "none")
+
+
 XDisplayFactory = Callable[..., str]
 
 

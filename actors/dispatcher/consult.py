@@ -28,11 +28,13 @@ from messages.monitor import COMPOSITE, MonitorResolution, ResolveMonitor
 from messages.replay import SafetyCheck
 from messages.safety import (
     BuildPausePayload,
+    CaptureScreen,
     PausePayload,
     RecentStep,
     ReplayContext,
-    declared_checks,
+    ScreenCaptured,
     llm_unavailable_check,
+    pause_checks,
     safety_level,
 )
 from messages.workflow import Action
@@ -41,21 +43,42 @@ RECENT_STEPS = 5
 """Steps already resolved that the safety checks' model sees as context."""
 
 
-def consult_request(r: ReplayState) -> Message:
-    """The request of ``r``'s pending route or payload consultation."""
+def consult_request(r: ReplayState, time_left_s: float | None = None) -> Message:
+    """The request of ``r``'s pending route, capture or payload consultation
+    (``time_left_s``: of the model's deadline, after a capture)."""
     a = r.awaiting
     if a is None or a.action is None:
-        raise ValueError(f"replay {r.replay_id} awaits no route or payload")
+        raise ValueError(f"replay {r.replay_id} awaits no route, capture or payload")
     if a.kind == "route":
         return ResolveMonitor(machine_id=r.machine_id, action_id=a.action.action_id,
                               action_type=a.action.type, monitor_index=a.action.monitor_index,
                               monitor_geometry=a.action.monitor_geometry,
                               replay_id=r.replay_id, session_id=r.session_id)
+    if a.kind == "capture":
+        return CaptureScreen(replay_id=r.replay_id, action_id=a.action.action_id,
+                             monitor_index=a.action.monitor_index,
+                             monitor_geometry=a.action.monitor_geometry)
     return BuildPausePayload(
         replay_id=r.replay_id, session_id=r.session_id, machine_id=r.machine_id, mode=r.mode,
-        action=a.action, last_screenshot=r.last_screenshot, context=ReplayContext(
+        action=a.action, last_screenshot=r.last_screenshot, time_left_s=time_left_s,
+        context=ReplayContext(
             workflow_id=r.workflow.workflow_id, workflow_name=r.workflow.name or "",
             index=r.index, total=r.total, recent_steps=_recent(r)))
+
+
+def wants_capture(r: ReplayState, action: Action, config: DispatcherConfig) -> bool:
+    """Whether to ask the agent for a fresh capture before the checklist: the model will be
+    asked (medical_critical, model on) and no step of the replay left a screenshot."""
+    return (r.last_screenshot is None and config.llm_enabled
+            and safety_level(action) == "medical_critical")
+
+
+def captured(answer: Message | None) -> bytes | None:
+    """The image a capture answered with, if it is one (PNG or JPEG)."""
+    if isinstance(answer, ScreenCaptured) and answer.image and answer.image.startswith(
+            IMAGE_MAGIC):
+        return answer.image
+    return None
 
 
 def _recent(r: ReplayState) -> list[RecentStep]:
@@ -118,7 +141,7 @@ def pause_payload(answer: Message | None, action: Action, config: DispatcherConf
                   "llm": None if answer.llm is None else answer.llm.model_dump(mode="json"),
                   "checks": len(answer.checks), "source": "safety_checks"}
         return rules.PauseCause(answer.pause_reason, answer.message, detail), answer.checks
-    checks = declared_checks(action)
+    checks = pause_checks(action)
     if (config.llm_enabled and config.llm_fail_closed
             and safety_level(action) == "medical_critical"):
         checks.append(llm_unavailable_check("safety_checks_unavailable"))

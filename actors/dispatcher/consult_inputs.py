@@ -24,7 +24,7 @@ from __future__ import annotations
 from actors.dispatcher import consult
 from actors.dispatcher.effects import Consult, Decision
 from actors.dispatcher.engine import Engine, Tx, who
-from actors.dispatcher.state import InFlightEntry, ReplayState
+from actors.dispatcher.state import Awaiting, InFlightEntry, ReplayState
 from messages import events
 from messages.base import Message
 from messages.dispatch import ActionReport
@@ -71,6 +71,14 @@ class ConsultInputs(Engine):
         if a.kind == "route" and a.action is not None:
             where = consult.resolution(answer)
             self._dispatch_now(r, a.action, where, tx)
+        elif a.kind == "capture" and a.action is not None:
+            # No image (an agent that cannot capture, or too slow): the payload is asked all
+            # the same; the model is then not called (no_screenshot) and says so.
+            r.last_screenshot = consult.captured(answer) or r.last_screenshot
+            left = max(0.0, self.config.llm_timeout_s - (now - a.since))
+            r.awaiting = Awaiting("payload", self._new_id(), now, a.action)
+            self._consult(r, "payload", a.action, tx,
+                          consult.consult_request(r, time_left_s=left))
         elif a.kind == "payload" and a.action is not None:
             human, checks = consult.pause_payload(answer, a.action, self.config)
             self._pause(r, tx, human, a.action, checks=checks, counts_step=True)

@@ -21,7 +21,10 @@ Decisions (see also DESIGN.md §4):
   resume redoes the step as ``{base}_resume``. Resuming a pause_for_human resolves that step.
 - Resends on agent hello / dispatcher restart count in ``dispatch_meta.resent_count`` but not
   in ``InFlight.resent_count``, the watchdog's give-up budget, which counts orphan resends only.
-- Nothing sets ``failed`` automatically: every dead end pauses for a person, who may cancel.
+- Nothing sets ``failed`` by itself: every dead end pauses for a person, who resumes or
+  cancels. Cancelled at a pause a failure caused (:data:`rules.FAILURE_REASONS`), the replay
+  ends ``failed``; cancelled while running or at a pause nothing went wrong for
+  (``user_request``, ``operator``), ``cancelled``.
 - Resuming a step the watchdog gave up (``orphan_max_resends``, ``dead_client``): nobody
   knows whether it ran, and its abandoned copies may still reach the agent. The
   ``{base}_resume`` carries ``supersedes``, the step's abandoned ids, so that the agent's
@@ -31,7 +34,7 @@ Decisions (see also DESIGN.md §4):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from actors.dispatcher import rules
 from actors.dispatcher.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING, ConsultInputs
@@ -136,10 +139,16 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
             return Decision(ErrorReply(code="unknown_check_ids", message=(
                 "acknowledged ids that are not checks of this pause"), detail={"ids": unknown}))
         acked = set(msg.acknowledged_check_ids)
-        missing = [c.id for c in pause.safety_checks if c.required and c.id not in acked]
+        required = [c.id for c in pause.safety_checks if c.required]
+        missing = [i for i in required if i not in acked]
         if missing:
             return Decision(ErrorReply(code="required_checks_missing", message=(
                 "every required check must be acknowledged"), detail={"missing": missing}))
+        if required and not (msg.operator or "").strip():
+            # An acknowledgement is a person's word: the trail must say whose (issue 15).
+            return Decision(ErrorReply(code="operator_required", message=(
+                "this pause has required checks: the person acknowledging them must be "
+                "named (operator)"), detail={"required": required}))
         tx = Tx(now)
         ids = list(dict.fromkeys(msg.acknowledged_check_ids))
         r.checks_acknowledged = {"ids": ids, "operator": msg.operator, "at": now}
@@ -185,20 +194,26 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
             return Decision(ErrorReply(code="not_running", message=(
                 f"replay {r.replay_id} is already {r.status}"), detail={"status": r.status}))
         tx = Tx(now)
+        pause_reason = r.pause.reason if r.status == PAUSED and r.pause is not None else None
+        # ``failed``: a person ended it at a pause a failure caused (README, "An action's
+        # life"); ``cancelled``: stopped while running or at a pause nothing went wrong for.
+        outcome: Literal["cancelled", "failed"] = (
+            "failed" if pause_reason in rules.FAILURE_REASONS else "cancelled")
         if r.status == PAUSED:
             tx.effects.append(Notify(f"agent.{r.machine_id}", AgentPauseEnded(
-                replay_id=r.replay_id, status="cancelled")))
+                replay_id=r.replay_id, status=outcome)))
         purged = [r.inflight.action.action_id] if r.inflight is not None else []
         queued = r.queue_len()
         self._purge(r, tx)
-        r.status, r.pause = "cancelled", None
+        r.status, r.pause = outcome, None
         tx.touch(r)
         info = {**who(r), "operator": msg.operator, "purged_inflight": purged,
-                "purged_queue": queued}
+                "purged_queue": queued, "outcome": outcome, "pause_reason": pause_reason}
         tx.event(events.REPLAY_CANCELLED, **info)
         tx.audit("replay_cancelled", **info)
         self._advance_session(r.session_id, tx)
-        return tx.done(ReplayCancelled(replay_id=r.replay_id, session_id=r.session_id))
+        return tx.done(ReplayCancelled(replay_id=r.replay_id, session_id=r.session_id,
+                                       status=outcome))
 
     def pause(self, replay_id: str, reason: str, message: str, now: float,
               safety_checks: list[SafetyCheck] | None = None,
@@ -256,11 +271,17 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
         return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
                                  status=status))
 
-    def agent_hello(self, msg: AgentHello, now: float) -> Decision:
-        """An agent (re)connected: resend what it should be doing, show pauses again."""
+    def agent_hello(self, msg: AgentHello, now: float,
+                    underway: frozenset[str] = frozenset()) -> Decision:
+        """An agent (re)connected: resend what it should be doing, show pauses again.
+
+        Not resent: the attempts the hello says the agent holds, and ``underway``, those the
+        shell knows to be in this agent process's hands or still on their way to it (a
+        dispatch the broker queued before the agent was there: process.py).
+        """
         tx = Tx(now)
         resent: list[str] = []
-        held = set(msg.holding)
+        held = set(msg.holding) | underway
         kept: list[str] = []
         for r in self._active():
             if r.inflight is not None and r.inflight.machine_id == msg.machine_id:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-from actors.dispatcher import rules
+from actors.dispatcher import consult, rules
 from actors.dispatcher.consult import consult_request
 from actors.dispatcher.effects import (
     AuditRecord,
@@ -40,7 +40,7 @@ from messages.loop import ForgetReplay
 from messages.monitor import MonitorResolution
 from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
-from messages.safety import declared_checks
+from messages.safety import pause_checks
 from messages.workflow import SCREEN_TYPES, Action
 
 
@@ -115,11 +115,13 @@ class Engine:
             if head.type != "pause_for_human":
                 self._dispatch(r, head, tx)
                 return
-            checks = declared_checks(head)
+            checks = pause_checks(head)
             if r.mode == "supervised" or checks:
                 self._pause_for_human(r, head, checks, tx)
                 return
-            r.index += 1  # autonomous mode: a pause_for_human without checks is skipped
+            # Autonomous mode: a pause_for_human without checks is skipped (a medical_critical
+            # one always has a required check: messages.safety.pause_checks).
+            r.index += 1
             r.completed_actions += 1  # resolved: progress reaches total on completion
             r.bump("skipped")
             info = {**who(r, head.action_id), "reason": "autonomous_mode"}
@@ -128,14 +130,18 @@ class Engine:
 
     def _pause_for_human(self, r: ReplayState, action: Action, checks: list[SafetyCheck],
                          tx: Tx) -> None:
-        """Pause at a pause_for_human, with the checklist the safety_checks actor builds."""
-        if self.config.safety_checks:
+        """Pause at a pause_for_human, with the checklist the safety_checks actor builds;
+        first a fresh capture from the agent if the model will want a screen and no step
+        left one (consult.wants_capture)."""
+        if self.config.safety_checks and consult.wants_capture(r, action, self.config):
+            self._consult(r, "capture", action, tx)
+        elif self.config.safety_checks:
             self._consult(r, "payload", action, tx)
         else:
             self._pause(r, tx, rules.human_pause(action, checks), action, checks=checks,
                         counts_step=True)
 
-    def _consult(self, r: ReplayState, kind: Literal["loop", "route", "payload"],
+    def _consult(self, r: ReplayState, kind: Literal["loop", "route", "capture", "payload"],
                  action: Action | None, tx: Tx, message: Message | None = None) -> None:
         """Wait for another actor's answer before the replay's next step (consult.py)."""
         r.awaiting = Awaiting(kind, self._new_id(), tx.now, action)
@@ -144,6 +150,7 @@ class Engine:
         service, timeout = {
             "loop": ("loop_detector", self.config.loop_timeout_s),
             "route": ("monitor_router", self.config.route_timeout_s),
+            "capture": (f"agent.{r.machine_id}", self.config.llm_timeout_s),
             "payload": ("safety_checks", self.config.payload_timeout_s)}[kind]
         tx.effects.append(Consult(service, r.replay_id, r.awaiting.token, request, timeout))
 

@@ -55,6 +55,7 @@ from messages.codec import Envelope, decode, encode, new_id
 from messages.control import ErrorReply, Ping
 from messages.dispatch import (
     ActionProgress,
+    ActionReceived,
     ActionReport,
     AgentHello,
     ClaimAttempt,
@@ -119,6 +120,10 @@ class DispatcherActor(Actor):
         self._watchdog: list[Track | Untrack] = []
         self._grouped = False  # run(): decisions wait for the end of the turn (end_turn)
         self._turn: list[Effect] = []  # effects of the turn's staged decisions
+        # Dispatches sent and still in flight: attempt id -> the agent process that
+        # received it (its instance_id), or None while on its way (on_hello).
+        self._underway: dict[str, str | None] = {}
+        self._dispatch_timeout_s = settings.request_expiry_s + settings.heartbeat_expiry_s + 1
         self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
         self.handle(GetReplayStatus, lambda m, _r: self.core.status(m).reply)
         self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
@@ -132,8 +137,7 @@ class DispatcherActor(Actor):
         self.handle(ActionProgress,
                     lambda m, r: self._apply(self.core.progress(m, r.identity or m.machine_id,
                                                                 time.time())))
-        self.handle(AgentHello,
-                    lambda m, _r: self._apply(self.core.agent_hello(m, time.time())))
+        self.handle(AgentHello, self.on_hello)
         self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
         self.handle(OrphanResend,
                     lambda m, _r: self._apply(self.core.orphan_resend(m, time.time())))
@@ -153,6 +157,15 @@ class DispatcherActor(Actor):
     def run(self) -> int:
         self._grouped = True
         return super().run()
+
+    def on_hello(self, msg: AgentHello, _req: Incoming) -> Message:
+        """An agent (re)connected. What this same process received, and what is still on its
+        way to the agent (the broker keeps a dispatch for a service with no worker and hands
+        it to the agent when it comes), is in its hands or will be: not sent again. (Its
+        hello may be sent before that dispatch arrives, or answered after its receipt.)"""
+        underway = frozenset(a for a, who in self._underway.items()
+                             if who is None or who == msg.instance_id)
+        return self._apply(self.core.agent_hello(msg, time.time(), underway))
 
     def on_start(self) -> None:
         decision = self.core.recover(time.time())
@@ -284,12 +297,17 @@ class DispatcherActor(Actor):
             self._watchdog.append(
                 Track(entry=effect.entry) if isinstance(effect, TrackInFlight)
                 else Untrack(action_id=effect.action_id, attempt_id=effect.attempt_id))
+            if isinstance(effect, UntrackInFlight):
+                self._underway.pop(effect.attempt_id, None)
         elif isinstance(effect, SendToAgent):
             # No transport retry: a lost dispatch is the watchdog's and the hello's business,
-            # and each resend must carry a new attempt_id (spec/03 §4.3).
+            # and each resend must carry a new attempt_id (spec/03 §4.3). Waited for as long
+            # as the broker may still deliver it (it keeps a request request_expiry_s).
+            attempt = effect.message.attempt_id
+            self._underway[attempt] = None
             self.call(f"agent.{effect.machine_id}", effect.message,
-                      _log_failure(effect.message.action.action_id), timeout_s=10.0,
-                      retries=0)
+                      self._receipt(effect.message.action.action_id, attempt),
+                      timeout_s=self._dispatch_timeout_s, retries=0)
         elif isinstance(effect, Consult) and effect.service == self.loop.service:
             self.loop.add(effect)
         elif isinstance(effect, Consult):
@@ -316,16 +334,21 @@ class DispatcherActor(Actor):
         # A verdict or a route lets the replay run on: the hot path, as a report is.
         self._apply(decision)
 
+    def _receipt(self, action_id: str, attempt_id: str) -> Callable[
+            [Envelope[Message] | None, CallFailed | None], None]:
+        def callback(reply: Envelope[Message] | None, error: CallFailed | None) -> None:
+            body = reply.body if reply is not None else None
+            if isinstance(body, ActionReceived):
+                if attempt_id in self._underway:  # else no longer in flight
+                    self._underway[attempt_id] = body.instance_id or ""
+                return
+            self._underway.pop(attempt_id, None)
+            why = error if error is not None else getattr(body, "code", body)
+            logger.info("dispatcher: no receipt for {} ({}); the watchdog will decide",
+                        action_id, why)
+
+        return callback
+
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:
     """Watchdog bookkeeping: if it is down, it rebuilds its table from us when it returns."""
-
-
-def _log_failure(action_id: str) -> Callable[[Envelope[Message] | None, CallFailed | None],
-                                             None]:
-    def callback(_reply: Envelope[Message] | None, error: CallFailed | None) -> None:
-        if error is not None:
-            logger.info("dispatcher: no receipt for {} ({}); the watchdog will decide",
-                        action_id, error)
-
-    return callback

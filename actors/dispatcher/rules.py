@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from messages.dispatch import ActionReport
+from messages.loop import LOOP_DETECTED
 from messages.replay import SafetyCheck
 from messages.safety import pause_message
 from messages.workflow import Action
@@ -26,6 +27,9 @@ ACTION_FAILED = "action_failed"
 ORPHAN_MAX_RESENDS = "orphan_max_resends"
 DEAD_CLIENT = "dead_client"
 OPERATOR = "operator"
+FAILURE_REASONS = frozenset({SYSTEM_DIALOG, WRONG_WINDOW, NEEDS_HUMAN, TARGET_NOT_FOUND,
+                             ACTION_FAILED, ORPHAN_MAX_RESENDS, DEAD_CLIENT, LOOP_DETECTED})
+"""Pauses something went wrong for: a replay cancelled at one of them ends ``failed``."""
 
 
 # Room left in an action id (128 chars max) for the suffixes the dispatcher adds.

@@ -44,4 +44,5 @@ def config_from_env() -> DispatcherConfig:
         monitor_router=consult.route_enabled, route_timeout_s=consult.route_timeout_s,
         safety_checks=consult.safety_checks_enabled,
         payload_timeout_s=safety.llm_timeout_s + PAYLOAD_MARGIN_S,
+        llm_timeout_s=safety.llm_timeout_s,
         llm_enabled=safety.llm_enabled, llm_fail_closed=safety.llm_fail_mode == "closed")

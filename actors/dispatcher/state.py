@@ -36,6 +36,7 @@ class DispatcherConfig:
     loop_timeout_s: float = 2.0  # RPA_LOOP_DETECTOR_TIMEOUT_S
     route_timeout_s: float = 1.0
     payload_timeout_s: float = 7.0  # RPA_SAFETY_CHECKS_LLM_TIMEOUT_S (5) + 2
+    llm_timeout_s: float = 5.0  # RPA_SAFETY_CHECKS_LLM_TIMEOUT_S: a fresh capture counts in it
     llm_fail_closed: bool = False  # RPA_SAFETY_CHECKS_LLM_FAIL_MODE=closed
     llm_enabled: bool = False  # RPA_SAFETY_CHECKS_LLM_ENABLED
 
@@ -75,7 +76,7 @@ class InFlightEntry:
 class Awaiting:
     """A replay waiting for another actor's answer before its next step (consult.py)."""
 
-    kind: Literal["loop", "route", "payload"]
+    kind: Literal["loop", "route", "capture", "payload"]
     token: str  # the consultation; an answer carrying another one is stale
     since: float
     action: Action | None = None  # route: the action to dispatch; payload: the pause step

@@ -18,7 +18,6 @@ Every resolution is announced as ``lea:monitor_routed``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ from messages.monitor import (
     MonitorResolution,
     MonitorSource,
     ResolveMonitor,
+    find_recorded,
 )
 
 
@@ -75,31 +75,6 @@ def _target(monitor: Monitor, source: MonitorSource, reason: str | None) -> Moni
 
 def _composite(reason: str) -> MonitorResolution:
     return COMPOSITE.model_copy(update={"reason": reason})
-
-
-def find_recorded(monitors: Sequence[Monitor], index: int | None,
-                  recorded: Monitor | None) -> tuple[Monitor, str | None] | None:
-    """The current monitor that is the recorded one, and how it was recognised, or None."""
-    if recorded is None:
-        found = next((m for m in monitors if m.idx == index), None)
-        return None if found is None else (found, None)
-
-    def names_agree(m: Monitor) -> bool:
-        return recorded.name is None or m.name is None or m.name == recorded.name
-
-    tiers: list[tuple[list[Monitor], str | None]] = [
-        ([m for m in monitors if m.rect == recorded.rect and names_agree(m)], None),
-        ([m for m in monitors if recorded.name is not None and m.name == recorded.name
-          and (m.w, m.h) == (recorded.w, recorded.h)], "moved"),
-        ([m for m in monitors if m.rect == recorded.rect], "renamed"),
-    ]
-    for candidates, how in tiers:
-        if candidates:
-            best = min(candidates, key=lambda m: (m.idx != index, m.idx))
-            if how is None and index is not None and best.idx != index:
-                how = "renumbered"
-            return best, how
-    return None
 
 
 def resolve(request: ResolveMonitor, agent: AgentScreen | None, now: float,

@@ -33,8 +33,8 @@ from messages.safety import (
     LlmAudit,
     PausePayload,
     ReplayContext,
-    declared_checks,
     llm_unavailable_check,
+    pause_checks,
     pause_message,
     safety_level,
 )
@@ -69,7 +69,7 @@ def build_pause_payload(action: Action, context: ReplayContext, last_screenshot:
                         budget_s: float | None = None) -> PausePayload:
     """The payload of a pause_for_human. ``budget_s``: time left for the model call, when
     the caller has already spent some of ``llm_timeout_s`` (queueing)."""
-    declared = declared_checks(action)
+    declared = pause_checks(action)
     base = PausePayload(checks=declared, message=pause_message(action),
                         safety_level=safety_level(action))
     if base.safety_level != "medical_critical":

@@ -51,9 +51,12 @@ class SafetyChecksActor(Actor):
             self._published(msg, payload)
             return payload
         received = time.monotonic()
+        # The dispatcher may have spent part of the deadline on a fresh capture.
+        deadline_s = min(self.config.llm_timeout_s, msg.time_left_s if msg.time_left_s
+                         is not None else self.config.llm_timeout_s)
 
         def work() -> Message:
-            budget = self.config.llm_timeout_s - (time.monotonic() - received)
+            budget = deadline_s - (time.monotonic() - received)
             return build_pause_payload(msg.action, msg.context, msg.last_screenshot,
                                        self.llm, self.config, budget_s=budget)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from messages.dispatch import InFlight, OrphanGiveUp, OrphanResend
@@ -21,7 +21,20 @@ class WatchdogConfig(BaseSettings):
     scan_interval_s: float = Field(10.0, gt=0)
     orphan_timeout_s: float = Field(45.0, gt=0)
     max_resends: int = Field(2, ge=0)
-    repush_position: Literal["head", "tail"] = "head"
+    repush_position: Literal["head"] = "head"
+    """Where an orphan goes back in its replay's queue. Only ``head``: at the tail, later
+    steps would run before the one that got no answer (one action in flight per session,
+    in order, spec/03 §5); ``tail`` is refused at start rather than read and ignored."""
+
+    @field_validator("repush_position", mode="before")
+    @classmethod
+    def _head_only(cls, value: object) -> object:
+        if value != "head":
+            raise ValueError(
+                f"{value!r} is not supported: an orphan is always re-sent at the head of its "
+                "replay (a later step must never run before it); remove the setting or set "
+                "it to head")
+        return value
 
 
 @dataclass(slots=True)

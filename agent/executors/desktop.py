@@ -38,17 +38,27 @@ from agent.executors.base import ActionOutcome, ExecutorUnavailable
 from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_frames import encode_screenshot, screen_changed
 from agent.executors.desktop_keys import InputSpecError, normalise_keys, typing_runs
-from agent.executors.desktop_target import Area, Resolved, resolve_point, target_area
+from agent.executors.desktop_target import (
+    MONITOR_UNAVAILABLE,
+    Area,
+    Resolved,
+    blind_elsewhere,
+    resolve_point,
+    target_area,
+)
 from agent.executors.window_guard import (
+    WRONG_WINDOW,
     GuardSpecError,
     check_window,
     guard_patterns,
     guard_timeout_s,
-    title_matches_any,
+    title_after,
+    title_mismatch,
 )
 from agent.screen import geometry
 from agent.screen.capture import CaptureError, Screen, Shot
 from messages.dispatch import DispatchAction
+from messages.monitor import Monitor
 from messages.workflow import Action
 
 POINTER = {"click": ("left", 1), "double_click": ("left", 2), "right_click": ("right", 1)}
@@ -128,6 +138,11 @@ class DesktopExecutor:
         if action.type == "pause_for_human":
             return ActionOutcome.failure("unsupported_action_type:pause_for_human")
         area = self._area(dispatch)
+        refused = area.error or blind_elsewhere(action, area)
+        if refused is not None:  # the router refused the screen, or nobody can find it
+            logger.warning("{}: not performed: {}", action.action_id, refused)
+            return ActionOutcome.failure(MONITOR_UNAVAILABLE, needs_human=True,
+                                         target_description=refused)
         before = self.screen.grab(area.rect)
         if before.rect != area.rect:
             return ActionOutcome.failure(
@@ -156,29 +171,39 @@ class DesktopExecutor:
         after, changed = self._after(area, before, setup)
         if outcome.success and action.type in POINTER and not changed and not setup:
             outcome = replace(outcome, warning="no_screen_change")
+        outcome = title_after(outcome, action, geometry.active_window_title, self._clock,
+                              self._sleep)
         return self._frames(outcome, before, after)
 
+    def capture(self, monitor_index: int | None, recorded: Monitor | None) -> tuple[bytes, int]:
+        """A fresh capture of the monitor a pause is about (the composite if it names none),
+        for the safety checks' model; ``(image, monitor idx)``. Called from the agent's main
+        loop: Screen is thread-safe, and no input is sent."""
+        monitors = (geometry.monitors_geometry()
+                    if monitor_index is not None or recorded is not None else [])
+        area = target_area(None, monitor_index, monitors, self.screen.desktop(), recorded)
+        if area.error is not None:
+            raise CaptureError(area.error)
+        return encode_screenshot(self.screen.grab(area.rect).image, self.config), area.idx
+
     def _area(self, dispatch: DispatchAction) -> Area:
-        res, index = dispatch.monitor_resolution, dispatch.action.monitor_index
+        res, action = dispatch.monitor_resolution, dispatch.action
+        index, recorded = action.monitor_index, action.monitor_geometry
         monitors = []
-        if index is not None and (res is None or res.idx < 0 or res.w <= 0 or res.h <= 0):
+        if (index is not None or recorded is not None) and (
+                res is None or res.idx < 0 or res.w <= 0 or res.h <= 0):
             monitors = geometry.monitors_geometry()
-        return target_area(res, index, monitors, self.screen.desktop())
+        return target_area(res, index, monitors, self.screen.desktop(), recorded)
 
     def _wrong_window(self, action: Action) -> ActionOutcome | None:
         expected = action.expected_window_before
         if not expected:
             return None
-        title = geometry.active_window_title()
-        if title is None:
-            logger.warning("{}: cannot read the active window title; expected_window_before "
-                           "{!r} not checked", action.action_id, expected)
+        why = title_mismatch(action, "expected_window_before", expected,
+                             geometry.active_window_title())
+        if why is None:
             return None
-        if title_matches_any(title, [expected]):
-            return None
-        return ActionOutcome.failure("wrong_window", warning="wrong_window",
-                                     target_description=f"expected the window {expected!r} "
-                                                        f"in front, got {title!r}")
+        return ActionOutcome.failure(WRONG_WINDOW, warning=WRONG_WINDOW, target_description=why)
 
     # Inputs ----------------------------------------------------------------------------------
 

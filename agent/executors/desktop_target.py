@@ -1,14 +1,28 @@
 """Where an action applies on the real desktop: which monitor, then which pixel.
 
-Monitor (``target_area``): the dispatch's ``monitor_resolution`` (the monitor_router's
-answer) if it names a monitor; else the agent's own monitor ``action.monitor_index`` (also
-when the router could only answer the composite: it had no heartbeat yet); else the
-composite (every monitor). Pixel (``resolve_point``): by template matching of
-``target_spec.anchor_image_base64`` on that monitor's pixels only, or ``x_pct / y_pct`` of
-that monitor, in the order of ``target_spec.resolve_order`` (default: the anchor if there
-is one, else the position; a missing anchor never falls back to a blind position unless
-``resolve_order`` asks for ``position`` after ``template``). Local coordinates are offset
-by the monitor's origin into absolute desktop coordinates, negative origins included.
+Monitor (``target_area``), obeying the monitor router (spec/01 §4, issue 15):
+
+- the dispatch's ``monitor_resolution`` names a monitor (the recorded one, found again by
+  geometry, or the focused one): that monitor;
+- the router answered the composite and the action names no monitor: the composite;
+- the router answered the composite because it could not know this agent's monitors (no
+  heartbeat yet, a stale one, the router down) or there is no resolution: the agent applies
+  the router's rule to its own monitors (:func:`messages.monitor.find_recorded`: the
+  recorded geometry and name, never just the same number) and uses that monitor;
+- the router answered the composite because the recorded monitor is gone
+  (``recorded_monitor_unavailable``): the recorded geometry found again on the agent's own,
+  fresher, monitors (re-plugged meanwhile); never another screen that now has its number;
+- otherwise the action names a monitor nobody can find: the area is *refused*
+  (``error="monitor_unavailable"``), nothing is done, and the replay pauses for a person.
+  An ``invalid_index`` (no monitor can have it: a workflow error) stays on the composite, as
+  the router said; so does an agent that cannot list its monitors at all.
+
+Pixel (``resolve_point``): by template matching of ``target_spec.anchor_image_base64`` on
+that monitor's pixels only, or ``x_pct / y_pct`` of that monitor, in the order of
+``target_spec.resolve_order`` (default: the anchor if there is one, else the position; a
+missing anchor never falls back to a blind position unless ``resolve_order`` asks for
+``position`` after ``template``). Local coordinates are offset by the monitor's origin into
+absolute desktop coordinates, negative origins included.
 
 Pure: the capture is passed in.
 """
@@ -22,8 +36,8 @@ from PIL import Image
 
 from agent.anchor import AnchorError, decode_anchor, find_anchor
 from agent.screen.capture import Rect
-from messages.monitor import Monitor, MonitorResolution
-from messages.workflow import TargetSpec
+from messages.monitor import Monitor, MonitorResolution, find_recorded
+from messages.workflow import INPUT_TYPES, Action, TargetSpec
 
 TEMPLATE = "template"
 POSITION = "position"
@@ -32,32 +46,66 @@ ALIASES = {"template": TEMPLATE, "anchor": TEMPLATE, "template_match": TEMPLATE,
 """``resolve_order`` names this agent can do; others (ocr, vlm, uia) are skipped here."""
 
 
+MONITOR_UNAVAILABLE = "monitor_unavailable"
+ROUTER_DID_NOT_KNOW = frozenset({"no_heartbeat", "stale_heartbeat", "no_geometry",
+                                 "router_unavailable", "router_refused"})
+"""Composite answers given without this agent's monitors: the agent's own geometry decides."""
+
+
 @dataclass(frozen=True, slots=True)
 class Area:
-    """The monitor (or composite, ``idx`` -1) an action runs on, in desktop pixels."""
+    """The monitor (or composite, ``idx`` -1) an action runs on, in desktop pixels; or,
+    with ``error``, why the action must not run at all (``rect`` is then not to be used)."""
 
     idx: int
     rect: Rect
     source: str
+    reason: str | None = None
+    error: str | None = None
 
 
 def target_area(resolution: MonitorResolution | None, monitor_index: int | None,
-                monitors: Sequence[Monitor], desktop: Rect) -> Area:
-    """The area of the module docstring's rule (``desktop`` = the composite)."""
-    if resolution is not None:
-        if resolution.idx >= 0 and resolution.w > 0 and resolution.h > 0:
-            return Area(resolution.idx, (resolution.offset_x, resolution.offset_y,
-                                         resolution.w, resolution.h), resolution.source)
-        if monitor_index is None:
-            return Area(-1, desktop, resolution.source)
-        # The router fell back to the composite without knowing our monitors (no heartbeat
-        # yet, router down): the agent knows them, so the recorded monitor is used if it
-        # exists here. An index no monitor has stays on the composite, as the router said.
-    if monitor_index is not None:
-        for m in monitors:
-            if m.idx == monitor_index:
-                return Area(m.idx, m.rect, "action")
-    return Area(-1, desktop, "composite_fallback")
+                monitors: Sequence[Monitor], desktop: Rect,
+                recorded: Monitor | None = None) -> Area:
+    """The area of the module docstring's rule (``desktop`` = the composite; ``recorded``:
+    the action's ``monitor_geometry``)."""
+    if resolution is not None and resolution.idx >= 0 and resolution.w > 0 and resolution.h > 0:
+        return Area(resolution.idx, (resolution.offset_x, resolution.offset_y,
+                                     resolution.w, resolution.h), resolution.source,
+                    resolution.reason)
+    reason = resolution.reason if resolution is not None else None
+    source = resolution.source if resolution is not None else "composite_fallback"
+    if (monitor_index is None and recorded is None) or reason == "invalid_index" \
+            or not monitors:
+        return Area(-1, desktop, source, reason)
+    router_knew = resolution is not None and reason not in ROUTER_DID_NOT_KNOW
+    # The router refused the recorded monitor: only its geometry may find it again here,
+    # never the index alone (after an unplug, that number is another screen).
+    found = (None if router_knew and recorded is None
+             else find_recorded(monitors, monitor_index, recorded))
+    if found is not None:
+        return Area(found[0].idx, found[0].rect, "action", found[1])
+    what = (f"monitor {monitor_index}" if recorded is None
+            else f"monitor {recorded.name or recorded.idx} {recorded.rect}")
+    return Area(-1, desktop, source, reason or "recorded_monitor_unavailable",
+                error=f"{MONITOR_UNAVAILABLE}: the action's {what} is not among this "
+                      f"workstation's monitors {[m.rect for m in monitors]}")
+
+
+def blind_elsewhere(action: Action, area: Area) -> str | None:
+    """Why an input must not run on ``area``: the recorded monitor is gone and the router
+    fell back to another screen (the focused one, spec/01 §4.3), where a recorded position
+    would land blind on whatever is there (also as a fallback after an anchor). An anchor
+    image alone is looked for there (it is found or not: never a blind click); keys and
+    typing without a target go to the focus wherever it is."""
+    if area.reason != "recorded_monitor_unavailable" or action.type not in INPUT_TYPES:
+        return None
+    spec = action.target_spec
+    if spec is None or spec.x_pct is None or spec.y_pct is None \
+            or POSITION not in resolution_order(spec):
+        return None
+    return (f"{MONITOR_UNAVAILABLE}: the action's recorded monitor is gone and its target is "
+            f"a recorded position: not placed on monitor {area.idx} {area.rect} instead")
 
 
 def point_at_pct(rect: Rect, x_pct: float, y_pct: float) -> tuple[int, int]:

@@ -22,10 +22,11 @@ from PIL import Image, ImageDraw, ImageFont
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
+from agent.executors.window_guard import title_after
 from agent.screen.geometry import RawMonitor, number_monitors
 from messages.dispatch import DispatchAction
 from messages.monitor import Monitor
-from messages.workflow import Action
+from messages.workflow import INPUT_TYPES, Action
 
 WIDTH, HEIGHT = 320, 200
 
@@ -213,6 +214,12 @@ class SimulatedExecutor:
         self._applied[key] = used + 1
         return behaviour
 
+    def capture(self, _monitor_index: int | None, _recorded: Monitor | None
+                ) -> tuple[bytes, int]:
+        """The simulated screen as it is now (one frame: the composite). Not under the
+        execution lock: it is read from the agent's main loop while an action may run."""
+        return self.desktop.render(), -1
+
     def execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
         with self._lock:
             return self._execute(dispatch, effects)
@@ -238,6 +245,9 @@ class SimulatedExecutor:
         if outcome.success and action.type in ("click", "double_click", "right_click") \
                 and after == before:
             outcome = replace(outcome, warning="no_screen_change")
+        if action.type in INPUT_TYPES:
+            outcome = title_after(outcome, action, lambda: self.desktop.window_title,
+                                  timeout_s=0.0)  # the simulated desktop changes at once
         if outcome.resolution_method is not None:
             outcome = replace(outcome, resolution_elapsed_ms=round(
                 (time.perf_counter() - started) * 1000, 3))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loguru import logger
@@ -29,6 +29,48 @@ DEFAULT_GUARD_TIMEOUT_MS = 2000
 MAX_GUARD_TIMEOUT_MS = 60_000
 POLL_S = 0.1
 MAX_PATTERNS = 50
+
+
+WRONG_WINDOW = "wrong_window"
+AFTER_TIMEOUT_S = 2.0
+"""After an input naming ``expected_window_title``, how long the window may take to come up
+(a click that opens a dialog: the title changes a few hundred ms later)."""
+
+
+def title_after(outcome: ActionOutcome, action: Action, read_title: Callable[[], str | None],
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep,
+                timeout_s: float = AFTER_TIMEOUT_S) -> ActionOutcome:
+    """``outcome`` of a performed input, with warning ``wrong_window`` if the window the
+    action names (``expected_window_title``) is not in front within ``timeout_s``.
+
+    Still a success: the input happened and must not be redone; the dispatcher's rules
+    (actors/dispatcher/rules.report_pause) pause the replay before the next step. A title
+    that cannot be read at all is logged, not guessed."""
+    expected = action.expected_window_title
+    if not expected or not outcome.success or action.type == "verify_screen":
+        return outcome
+    deadline = clock() + timeout_s
+    while True:
+        why = title_mismatch(action, "expected_window_title", expected, read_title())
+        if why is None:
+            return outcome
+        if clock() >= deadline:
+            return replace(outcome, warning=WRONG_WINDOW,
+                           target_description=f"after the action, {why}")
+        sleep(POLL_S)
+
+
+def title_mismatch(action: Action, field: str, expected: str, title: str | None) -> str | None:
+    """How ``title`` is not the window ``expected`` (action field ``field``), to report; None
+    if it is, or if the title cannot be read at all (logged: not guessed)."""
+    if title is None:
+        logger.warning("{}: cannot read the active window title; {} {!r} not checked",
+                       action.action_id, field, expected)
+        return None
+    if title_matches_any(title, [expected]):
+        return None
+    return f"expected the window {expected!r} in front, got {title!r}"
 
 
 class GuardSpecError(ValueError):

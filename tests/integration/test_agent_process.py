@@ -199,7 +199,9 @@ def test_executes_reports_and_answers_a_redelivery_from_the_ledger(system: Syste
     assert hello.machine_id == MACHINE and hello.pid == agent.pid
 
     received = system.dispatch(click("step_1"), "att_a")
-    assert received == ActionReceived(action_id="step_1", attempt_id="att_a")
+    # The receipt names this agent process, as its hello does (the dispatcher's hello rule).
+    assert received == ActionReceived(action_id="step_1", attempt_id="att_a",
+                                      instance_id=hello.instance_id)
     wait_until(lambda: system.dispatcher.reports("step_1"))
     report = only(system.dispatcher.reports("step_1"))
     assert (report.success, report.error, report.attempt_id) == (True, None, "att_a")

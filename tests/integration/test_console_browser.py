@@ -181,13 +181,15 @@ def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
         page.once("dialog", lambda dialog: dialog.accept())  # "Arrêter définitivement ?"
         page.locator("#cancel").click()
         expect(page.locator("#toast")).to_contain_text("Le replay est arrêté.")
-        expect(page.locator("#replay-head")).to_have_attribute("data-status", "cancelled",
+        # Cancelled at a pause a failure caused (a loop): the replay ended failed.
+        expect(page.locator("#replay-head")).to_have_attribute("data-status", "failed",
                                                                timeout=WAIT_MS)
         expect(page.locator("#pause")).to_be_hidden()
         shoot(page, "08-loop-replay-cancelled")
 
-    assert system.status(replay_id).status == "cancelled"
+    assert system.status(replay_id).status == "failed"
     (cancelled,) = audit_records(system, replay_id, "replay_cancelled")
     assert cancelled["data"]["operator"] == "IDE Dupont"
+    assert cancelled["data"]["outcome"] == "failed"
     (paused,) = audit_records(system, replay_id, "replay_paused")
     assert paused["data"]["detail"]["signal"] == "action_repeat"

@@ -11,7 +11,7 @@ from PIL import Image, ImageDraw
 from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_frames import encode_screenshot, screen_changed
 from agent.executors.desktop_target import point_at_pct, resolve_point, target_area
-from messages.monitor import Monitor, MonitorResolution
+from messages.monitor import COMPOSITE, Monitor, MonitorResolution
 from messages.workflow import TargetSpec
 
 # A monitor left of the primary (Windows): negative origin.
@@ -41,11 +41,41 @@ def test_a_router_without_our_monitors_yields_to_the_agent_geometry() -> None:
     assert (area.idx, area.rect, area.source) == (1, (-1280, -200, 1280, 1024), "action")
 
 
-def test_without_resolution_the_action_monitor_then_the_composite() -> None:
+def test_without_resolution_the_action_monitor_else_refused() -> None:
     assert target_area(None, 1, MONITORS, DESKTOP).rect == (-1280, -200, 1280, 1024)
-    assert target_area(None, 7, MONITORS, DESKTOP).rect == DESKTOP
+    assert target_area(None, 7, MONITORS, DESKTOP).error is not None  # no such screen
     assert target_area(None, None, MONITORS, DESKTOP).source == "composite_fallback"
-    assert target_area(None, 1, [], DESKTOP).rect == DESKTOP
+    assert target_area(None, 1, [], DESKTOP).rect == DESKTOP  # monitors unknown: as before
+
+
+# The recorded screen unplugged, a new one now has its number (issue 15).
+RECORDED = Monitor(idx=1, x=1920, y=0, w=1920, h=1080, name="DELL-P2419")
+RENUMBERED = [Monitor(idx=0, x=0, y=0, w=1920, h=1080, primary=True),
+              Monitor(idx=1, x=1920, y=0, w=2560, h=1440, name="LG-27")]
+GONE = MonitorResolution(idx=-1, offset_x=0, offset_y=0, w=0, h=0,
+                         source="composite_fallback", reason="recorded_monitor_unavailable")
+
+
+def test_a_screen_the_router_refused_is_never_taken_for_its_number() -> None:
+    area = target_area(GONE, 1, RENUMBERED, (0, 0, 4480, 1440), RECORDED)
+    assert area.error is not None and area.error.startswith("monitor_unavailable")
+    # Without a recorded geometry the number alone cannot be trusted either.
+    assert target_area(GONE, 1, RENUMBERED, (0, 0, 4480, 1440)).error is not None
+
+
+def test_the_recorded_screen_is_found_again_by_geometry_wherever_it_is() -> None:
+    moved = [Monitor(idx=0, x=0, y=0, w=1920, h=1080, primary=True),
+             Monitor(idx=1, x=1920, y=0, w=2560, h=1440, name="LG-27"),
+             Monitor(idx=2, x=1920, y=0, w=1920, h=1080, name="DELL-P2419")]
+    for res in (GONE, None, COMPOSITE.model_copy(update={"reason": "no_heartbeat"})):
+        area = target_area(res, 1, moved, (0, 0, 4480, 1440), RECORDED)
+        assert (area.idx, area.rect, area.error) == (2, (1920, 0, 1920, 1080), None)
+
+
+def test_a_router_that_did_not_know_is_replaced_by_the_same_rule() -> None:
+    res = COMPOSITE.model_copy(update={"reason": "router_unavailable"})
+    area = target_area(res, 1, RENUMBERED, (0, 0, 4480, 1440), RECORDED)
+    assert area.error is not None  # recorded 1920x1080 DELL: not the LG now at index 1
 
 
 def test_percentages_are_offset_into_desktop_coordinates() -> None:
@@ -135,3 +165,19 @@ def test_screenshots_are_capped_and_changes_need_more_than_a_few_pixels() -> Non
     ImageDraw.Draw(menu).rectangle((500, 500, 700, 560), fill=(255, 255, 255),
                                    outline=(0, 0, 0))
     assert screen_changed(img, menu)
+
+
+def test_a_recorded_position_is_not_placed_on_the_focus_fallback() -> None:
+    from agent.executors.desktop_target import Area, blind_elsewhere
+    from messages.workflow import Action
+
+    focus = Area(1, (1920, 0, 2560, 1440), "focus", "recorded_monitor_unavailable")
+    at = Action.model_validate({"action_id": "c", "type": "click",
+                                "target_spec": {"x_pct": 0.5, "y_pct": 0.5}})
+    anchor = Action.model_validate({"action_id": "c", "type": "click",
+                                    "target_spec": {"anchor_image_base64": "AAAA"}})
+    keys = Action.model_validate({"action_id": "k", "type": "key_combo",
+                                  "parameters": {"keys": ["ctrl", "s"]}})
+    assert blind_elsewhere(at, focus) is not None
+    assert blind_elsewhere(anchor, focus) is None and blind_elsewhere(keys, focus) is None
+    assert blind_elsewhere(at, Area(1, (1920, 0, 2560, 1440), "action", None)) is None

@@ -20,7 +20,13 @@ from messages.dispatch import (
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.monitor import MonitorResolution, ResolveMonitor
 from messages.replay import Ack, PauseReplay, SafetyCheck
-from messages.safety import LLM_UNAVAILABLE_CHECK_ID, BuildPausePayload, PausePayload
+from messages.safety import (
+    LLM_UNAVAILABLE_CHECK_ID,
+    BuildPausePayload,
+    CaptureScreen,
+    PausePayload,
+    ScreenCaptured,
+)
 from tests.unit.test_dispatcher_core import H, act, audits, event, of, sent, topics, wf
 
 ALL = DispatcherConfig(loop_detector=True, monitor_router=True, safety_checks=True)
@@ -138,11 +144,37 @@ def test_without_an_answer_the_declared_checks_are_used_and_closed_mode_adds_one
                              (True, ["patient", "dose", LLM_UNAVAILABLE_CHECK_ID])):
         h = H(replace(ALL, loop_detector=False, llm_enabled=True, llm_fail_closed=closed))
         rid, _ = h.start(wf(pause))
+        answer(h, rid, None, "timeout")  # the fresh capture (no screenshot yet): none either
         d = answer(h, rid, None, "timeout")
         assert [c.id for c in h.status(rid).safety_checks] == expected
         assert event(d, events.CONSULT_MISSED)["kind"] == "payload"
         assert event(d, events.SAFETY_CHECKS_LLM_FAILED)["cause"] == "safety_checks_unavailable"
         assert event(d, events.SAFETY_CHECKS_GENERATED)["count"] == len(expected)
+
+
+def test_a_critical_pause_without_a_screenshot_asks_the_agent_for_one_first() -> None:
+    pause = act("p", "pause_for_human", safety_level="medical_critical")
+    h = H(DispatcherConfig(safety_checks=True, llm_enabled=True, llm_timeout_s=5.0))
+    rid, d = h.start(wf(pause, "s1"))
+    (c,) = consults(d)
+    assert c.service == "agent.m1" and isinstance(c.message, CaptureScreen)
+    assert c.timeout_s == 5.0 and h.status(rid).current_action_state == "awaiting_capture"
+    h.tick(2.0)
+    d = answer(h, rid, ScreenCaptured(image=PNG, monitor_idx=0))
+    (c,) = consults(d)
+    assert c.service == "safety_checks" and isinstance(c.message, BuildPausePayload)
+    assert (c.message.last_screenshot, c.message.time_left_s) == (PNG, 3.0)
+
+
+def test_no_capture_when_a_step_left_a_screenshot_or_the_model_is_off() -> None:
+    pause = act("p", "pause_for_human", safety_level="medical_critical")
+    h = H(DispatcherConfig(safety_checks=True, llm_enabled=True))
+    rid, _ = h.start(wf("s0", pause))
+    d = h.report(rid, screenshot_after=PNG)
+    assert [type(c.message) for c in consults(d)] == [BuildPausePayload]
+    h = H(DispatcherConfig(safety_checks=True, llm_enabled=False))
+    _rid, d = h.start(wf(pause))
+    assert [type(c.message) for c in consults(d)] == [BuildPausePayload]
 
 
 def test_the_next_step_goes_at_once_and_its_input_waits_for_the_verdict() -> None:

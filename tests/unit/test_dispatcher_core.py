@@ -614,6 +614,57 @@ def test_resume_records_acknowledged_checks_operator_and_time() -> None:
         "running", None, None, [])
 
 
+@pytest.mark.parametrize("operator", [None, "", "   "])
+def test_required_checks_need_a_named_operator(operator: str | None) -> None:
+    h = H()
+    rid, _ = h.start(wf(act("p", "pause_for_human", safety_checks=CHECKS), "s1"))
+    before = h.status(rid)
+    d = h.do(h.core.resume(ResumeReplay(replay_id=rid, operator=operator,
+                                        acknowledged_check_ids=["check_ipp", "check_cim10"]),
+                           h.now))
+    assert error_code(d) == "operator_required"
+    assert isinstance(d.reply, ErrorReply)
+    assert d.reply.detail["required"] == ["check_ipp", "check_cim10"]
+    assert h.status(rid) == before and h.replay(rid).checks_acknowledged is None
+
+
+def test_a_pause_without_required_checks_resumes_without_a_name() -> None:
+    h = H()
+    rid, _ = h.start(wf(act("p", "pause_for_human"), "s1"))
+    d = h.do(h.core.resume(ResumeReplay(replay_id=rid), h.now))
+    assert isinstance(d.reply, ReplayResumed)
+
+
+@pytest.mark.parametrize("mode", ["supervised", "autonomous"])
+def test_a_medical_critical_pause_always_pauses_with_a_required_check(mode: str) -> None:
+    h = H()
+    rid, d = h.start(wf(act("p", "pause_for_human", safety_level="medical_critical"), "s1"),
+                     mode=mode)
+    s = h.status(rid)
+    assert s.status == "paused_need_help" and sent(d) == []
+    assert [(c.id, c.required, c.source) for c in s.safety_checks] == [
+        ("confirm_step", True, "system")]
+    assert error_code(h.resume(rid)) == "required_checks_missing"
+    assert isinstance(h.resume(rid, ["confirm_step"]).reply, ReplayResumed)
+
+
+def test_cancel_at_a_failure_pause_ends_failed_else_cancelled() -> None:
+    h = H()
+    failing, _ = h.start(wf("s1", "s2"), machine="m1")
+    h.report(failing, success=False, error="system_dialog:uac")
+    assert h.status(failing).pause_reason == "system_dialog"
+    d = h.cancel(failing)
+    assert isinstance(d.reply, ReplayCancelled) and d.reply.status == "failed"
+    assert h.status(failing).status == "failed"
+    assert event(d, events.REPLAY_CANCELLED)["outcome"] == "failed"
+    asked, _ = h.start(wf(act("p", "pause_for_human"), "s1"), machine="m2")
+    d = h.cancel(asked)
+    assert isinstance(d.reply, ReplayCancelled) and d.reply.status == "cancelled"
+    running, _ = h.start(wf("s1", "s2"), machine="m3")
+    assert h.cancel(running).reply == ReplayCancelled(
+        replay_id=running, session_id=h.replay(running).session_id, status="cancelled")
+
+
 # Watchdog: orphans, I5, D2, dead client (cases a b c d f g h n u) --------------------------
 
 
@@ -828,6 +879,18 @@ def test_case_t_agent_hello_resends_in_flight_without_using_the_watchdog_budget(
     assert track.entry.dispatched_at == h.now  # and its timer starts again
     assert isinstance(d.reply, Ack) and d.reply.detail["resent"] == ["s1"]
     assert h.cur(other).resent_count == 0
+
+
+def test_a_hello_does_not_resend_what_is_underway_to_the_agent() -> None:
+    """The shell knows a dispatch is on its way, or was received by this agent process:
+    the hello keeps it (issue 15: no resend of what is in the agent's hands)."""
+    h = H()
+    rid, d0 = h.start(wf("s1", "s2"))
+    first = sent(d0)[0]
+    d = h.do(h.core.agent_hello(AgentHello(machine_id="m1", instance_id="inst", pid=42),
+                                h.now, underway=frozenset({first.attempt_id})))
+    assert sent(d) == [] and h.cur(rid).attempt_id == first.attempt_id
+    assert isinstance(d.reply, Ack) and d.reply.detail == {"resent": [], "kept": ["s1"]}
 
 
 def test_case_r_hello_while_paused_shows_the_pause_again_and_dispatches_nothing() -> None:

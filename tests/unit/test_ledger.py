@@ -424,3 +424,17 @@ def test_indeterminate_report_asks_for_a_person(ledger: Ledger) -> None:
 
 def test_backoff_is_1_3_7_then_7() -> None:
     assert [backoff(i) for i in range(6)] == [1.0, 3.0, 7.0, 7.0, 7.0, 7.0]
+
+
+def test_forget_unfinished_removes_a_started_row_only(ledger: Ledger) -> None:
+    """A wait cut by a restart is forgotten so that its next dispatch runs it (issue 15); a
+    finished row is never forgotten (it would then run twice)."""
+    cut, done = dispatch("w1", type_="wait"), dispatch("w2", type_="wait")
+    ledger.begin(cut)
+    ledger.begin(done)
+    ledger.finish("replay_1", "w2", report(done))
+    assert ledger.forget_unfinished("replay_1", "w1")
+    assert ledger.lookup("replay_1", "w1") is None and ledger.unfinished() == []
+    assert not ledger.forget_unfinished("replay_1", "w2")
+    assert ledger.lookup("replay_1", "w2") is not None
+    ledger.begin(dispatch("w1", "att_2", type_="wait"))  # runs again

@@ -100,7 +100,8 @@ def test_llm_timeout_falls_back_to_declarative_only(stub: OllamaStub) -> None:
 def test_llm_invalid_response_falls_back(stub: OllamaStub) -> None:
     stub.set("non_json")
     p = build(stub, action("medical_critical", []))
-    assert p.checks == [] and p.llm is not None and p.llm.error == "invalid_json"
+    assert [c.id for c in p.checks] == ["confirm_step"]  # no check declared: the system's
+    assert p.llm is not None and p.llm.error == "invalid_json"
     assert p.llm.raw_answer == "Je pense que tout est correct, vous pouvez continuer."
 
 
@@ -121,15 +122,31 @@ def test_max_checks_respected(stub: OllamaStub, monkeypatch: pytest.MonkeyPatch)
     cfg = SafetyChecksConfig()
     p = build_pause_payload(action("medical_critical", []), CONTEXT, SCREEN,
                             OllamaClient(stub.url), cfg)
-    assert [c.label for c in p.checks] == ["Vérification contextuelle 1",
-                                           "Vérification contextuelle 2"]
+    assert [c.label for c in p.checks if c.source == "llm_contextual"] == [
+        "Vérification contextuelle 1", "Vérification contextuelle 2"]
     assert p.llm is not None and [d.why for d in p.llm.dropped] == ["over_max"] * 3
     assert "de 0 à 2 vérifications" in stub.received()[0]["prompt"]
 
 
-def test_empty_declarative_with_llm_returns_only_llm(stub: OllamaStub) -> None:
+def test_empty_declarative_with_llm_returns_the_confirm_check_and_llm(stub: OllamaStub
+                                                                      ) -> None:
+    """A medical_critical pause declaring no check gets one required system check (issue
+    15): the model's suggestions are never required, a person must still confirm."""
     p = build(stub, action("medical_critical", []))
-    assert len(p.checks) == 2 and all(c.source == "llm_contextual" for c in p.checks)
+    assert [(c.id, c.source, c.required) for c in p.checks] == [
+        ("confirm_step", "system", True), ("llm_1", "llm_contextual", False),
+        ("llm_2", "llm_contextual", False)]
+
+
+def test_declared_optional_checks_only_get_the_confirm_check_too(stub: OllamaStub) -> None:
+    p = build(stub, action("medical_critical", [{"id": "confirm_step", "label": "X",
+                                                 "required": False}]))
+    assert [(c.id, c.required) for c in p.checks][:2] == [("confirm_step", False),
+                                                          ("confirm_step_2", True)]
+
+
+def test_a_standard_pause_gets_no_confirm_check(stub: OllamaStub) -> None:
+    assert build(stub, action("standard", [])).checks == []
 
 
 # What was sent -------------------------------------------------------------------------------
@@ -216,7 +233,7 @@ def test_repeated_llm_labels_count_once(stub: OllamaStub) -> None:
     stub.set(checks=[{"label": "Vérifier la dose", "evidence": "a"},
                      {"label": "verifier la DOSE.", "evidence": "b"}])
     p = build(stub, action("medical_critical", []))
-    assert [c.evidence for c in p.checks] == ["a"]
+    assert [c.evidence for c in p.checks if c.source == "llm_contextual"] == ["a"]
 
 
 def test_no_time_left_means_no_request(stub: OllamaStub) -> None:

@@ -32,10 +32,16 @@ def test_defaults_are_the_designs(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_env_vars_keep_the_spec_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RPA_WATCHDOG_ORPHAN_TIMEOUT_S", "30")
     monkeypatch.setenv("RPA_WATCHDOG_ENABLED", "0")
-    monkeypatch.setenv("RPA_WATCHDOG_REPUSH_POSITION", "tail")
+    monkeypatch.setenv("RPA_WATCHDOG_REPUSH_POSITION", "head")
     config = WatchdogConfig()
     assert (config.orphan_timeout_s, config.enabled, config.repush_position) == (30, False,
-                                                                                 "tail")
+                                                                                 "head")
+
+
+def test_repush_at_the_tail_is_refused_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RPA_WATCHDOG_REPUSH_POSITION", "tail")
+    with pytest.raises(ValueError, match="'tail' is not supported"):
+        WatchdogConfig()
 
 
 def test_no_question_before_the_timeout() -> None:

@@ -8,7 +8,9 @@ Rows left by a previous run are sent at the next start. Record ids are
 ``{source}:{store id}:{row id}``; the store id is made once per database, and AUTOINCREMENT
 never reuses a row id, so an id names one record forever.
 
-No actor reads this database (§8): it is the supervisor's own.
+No actor reads this database (§8): it is the supervisor's own. The broker, a child that
+cannot wait for audit_log either, commits its refusals here too (source ``broker``,
+broker/refusal_audit.py); the supervisor sends them with its own.
 """
 
 from __future__ import annotations

@@ -54,7 +54,10 @@ class SshCurveTree:
         self.system = System(spawn, env, tmp, {
             "LEA_CURVE": "1", "LEA_CURVE_ENDPOINT": f"tcp://127.0.0.1:{self.curve_port}",
             "LEA_KEYS_DIR": str(self.keys),
-            "RPA_LOOP_DETECTOR_ENABLED": "0"})  # identical clicks: not a loop, here
+            "RPA_LOOP_DETECTOR_ENABLED": "0",  # identical clicks: not a loop, here
+            # WS13's first action waits for WS13 as long as the test needs: only what the
+            # impostor does may change it, not the watchdog giving up on a missing agent.
+            "RPA_WATCHDOG_ENABLED": "0"})
         self.bus = Bus(self.system.env)
 
     def audit(self, kind: str, **match: Any) -> list[dict[str, Any]]:
@@ -131,7 +134,12 @@ def test_an_agent_with_ws12s_key_through_ssh_cannot_speak_for_ws13(tree: SshCurv
     assert f"127.0.0.1:{tree.curve_port}" in served  # its tunnel goes to the CURVE port
     system.wait_status(rid, "completed", timeout=60)
     assert_client_invariants(system, real, [f"s{i}" for i in range(steps)])
-    assert [r.status for r in reports(system, rid)] == ["accepted"] * steps
+    # One accepted report per step (a report re-sent after a lost ack shows as 'duplicate');
+    # none refused: nothing came from the impostor.
+    logged = reports(system, rid)
+    assert sorted(r.action_id for r in logged if r.status == "accepted") == [
+        f"s{i}" for i in range(steps)]
+    assert {r.status for r in logged} <= {"accepted", "duplicate"}
     assert impostor_inputs() == ""
 
 

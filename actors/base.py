@@ -94,12 +94,13 @@ class Actor:
         self.settings = settings
         self.started_at = time.time()
         self.ctx: zmq.Context[Any] = zmq.Context()
-        self.workers = [Worker(self.ctx, settings.mdp_endpoint, self.service,
+        # The tree's own door: the only one its services may be served from (tree_door.py).
+        self.workers = [Worker(self.ctx, settings.tree_mdp_endpoint, self.service,
                                settings.heartbeat_interval_s, settings.heartbeat_liveness)
                         for _ in range(max(1, self.worker_connections))]
         self.worker = self.workers[0]
         self._serving = 0  # index of the worker connection whose request is being served
-        self.client = Client(self.ctx, settings.mdp_endpoint)
+        self.client = Client(self.ctx, settings.tree_mdp_endpoint)
         self.bus = Publisher(self.ctx, settings.bus_in_endpoint, source=self.service)
         self.beacon = Beacon.from_env()
         self._handlers: dict[type[Message], Handler] = {}
@@ -296,7 +297,7 @@ class Actor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
-        logger.info("{}: serving on {}", self.service, self.settings.mdp_endpoint)
+        logger.info("{}: serving on {}", self.service, self.settings.tree_mdp_endpoint)
         self.on_start()
         poller, polled = zmq.Poller(), None
         try:

@@ -19,14 +19,18 @@ from typing import Any
 import zmq
 from loguru import logger
 
+from broker import tree_door
 from broker.bus_proxy import BATCH, BusProxy, RateLimit
 from broker.config import Settings, load_settings
-from broker.curve import CurveConfigError, CurveListener
-from broker.frames import poll_items, recv_frames, recv_message, zmq_poll
+from broker.curve import ZAP_DOMAIN, CurveConfigError, CurveListener
+from broker.frames import poll_items, recv_message, zmq_poll
 from broker.logs import setup_logging
 from broker.majordomo import Majordomo
 from broker.monitor import SocketMonitor
-from messages.events import BAD_MESSAGE, WORKER_REFUSED
+from broker.refusal_audit import RefusalAudit
+from broker.tree_door import TreeDoorError
+from broker.zap import Verdict, ZapServer
+from messages.events import BAD_MESSAGE, PEER_REFUSED, WORKER_REFUSED
 from supervision.liveness import BEAT_INTERVAL_S, Beacon
 
 HWM = 100_000
@@ -50,6 +54,8 @@ class Broker:
         self._router_waiting = poll_items(self.router)
         self.monitors: list[SocketMonitor] = []
         self.curve: CurveListener | None = None  # with settings.curve (broker/curve.py)
+        self.zap: ZapServer | None = None  # ZAP for the tree's door and the CURVE listener
+        self.audit = RefusalAudit(settings.data_dir)
         self.bad = 0
         self.errors = 0
         self._reported: dict[str, int] = {}
@@ -74,14 +80,21 @@ class Broker:
         r.setsockopt(zmq.RCVHWM, HWM)
         r.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes + 64 * 1024)
         self.monitors = [SocketMonitor(r, "mdp"), SocketMonitor(self.bus.xsub, "bus_in")]
+        # Every listener that asks ZAP is bound after its server (broker/zap.py).
+        self.zap = ZapServer(self.ctx)
+        self.zap.serve(tree_door.TREE_DOMAIN, tree_door.judge, self._tree_refused)
         _bind(r, self.settings.mdp_endpoint)
-        if self.settings.curve:  # after the plain bind: CURVE options apply to later binds
+        # Options apply to the binds after them: the plain endpoint, then the tree's door
+        # (a ZAP domain), then CURVE.
+        tree_door.bind(r, self.settings.tree_mdp_endpoint)
+        if self.settings.curve:
             # No peer may take over another's connection by claiming its routing id (ours
             # never choose one: only a hand-made peer would, majordomo.py).
             r.setsockopt(zmq.ROUTER_HANDOVER, 0)
-            self.curve = CurveListener(self.ctx, r, self.settings.keys_path,
+            self.curve = CurveListener(r, self.settings.keys_path,
                                        self.settings.curve_endpoint, self._publish_peer,
                                        self.settings.mdp_endpoint)
+            self.zap.serve(ZAP_DOMAIN, self.curve.judge, self.curve.refused)
         _bind(self.bus.xsub, self.settings.bus_in_endpoint)
         _bind(self.bus.xpub, self.settings.bus_out_endpoint)
 
@@ -107,9 +120,9 @@ class Broker:
             old_int = signal.signal(signal.SIGINT, self._on_signal)
         try:
             self._open()
-            logger.info("broker: MDP/0.2 on {}, bus in {}, bus out {}",
-                        self.settings.mdp_endpoint, self.settings.bus_in_endpoint,
-                        self.settings.bus_out_endpoint)
+            logger.info("broker: MDP/0.2 on {}, tree's door {}, bus in {}, bus out {}",
+                        self.settings.mdp_endpoint, self.settings.tree_mdp_endpoint,
+                        self.settings.bus_in_endpoint, self.settings.bus_out_endpoint)
             self._loop()
             logger.info("broker: stopping ({})", self._signal or "stop()")
         finally:
@@ -139,8 +152,8 @@ class Broker:
         }
         for mon in self.monitors:
             handlers[mon.socket.FD] = self._monitor_handler(mon)
-        if self.curve is not None:
-            handlers[self.curve.socket.FD] = self.curve.drain
+        if self.zap is not None:
+            handlers[self.zap.socket.FD] = self.zap.drain
         poller = select.poll()
         for fd in handlers:
             poller.register(fd, select.POLLIN)
@@ -186,8 +199,9 @@ class Broker:
         # A short linger only to get those DISCONNECTs out; nothing else is worth waiting for.
         self.router.setsockopt(zmq.LINGER, 200 if self.mdp.workers else 0)
         self.router.close()
-        if self.curve is not None:
-            self.curve.close()
+        if self.zap is not None:
+            self.zap.close()
+        self.audit.close()
         self.bus.close()
         self.ctx.term()
 
@@ -213,14 +227,9 @@ class Broker:
     def _drain_router(self) -> bool:
         """Handle what the ROUTER holds, up to BATCH messages; True if it may hold more."""
         router, handle, waiting = self.router, self.mdp.handle, self._router_waiting
-        # With a CURVE listener the first frame goes along: its metadata names the sender.
-        with_sender = self.curve is not None
         for _ in range(BATCH):
-            try:
-                if with_sender:
-                    frames, first = recv_message(router)
-                else:
-                    frames, first = recv_frames(router), None
+            try:  # the first frame goes along: its metadata names the sender's door
+                frames, first = recv_message(router)
             except zmq.Again:
                 return False
             try:
@@ -247,14 +256,27 @@ class Broker:
         }, self._bad_limit, self.mdp.now)
 
     def _worker_refused(self, peer: bytes, user_id: str, service: bytes, reason: str) -> None:
-        """An authenticated peer tried to serve another's service (majordomo.py)."""
+        """A peer tried to serve a service not its own (majordomo.py): logged, published
+        and recorded in the audit trail (broker/refusal_audit.py)."""
         if self._error_log_limit.allow(self.mdp.now):
             logger.warning("broker: refused READY for {!r} from {}: {}",
                            service.decode("ascii", "replace"), peer.hex(), reason)
-        self.bus.publish(WORKER_REFUSED, lambda: {
-            "peer": peer.hex(), "user_id": user_id,
-            "service": service.decode("ascii", "replace"), "reason": reason,
-        }, self._peer_limit, self.mdp.now)
+        data = {"peer": peer.hex(), "user_id": user_id,
+                "door": "curve" if user_id else "loopback",
+                "service": service.decode("ascii", "replace"), "reason": reason}
+        self.bus.publish(WORKER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
+        self.audit.record("worker_refused", data, self.mdp.now)
+
+    def _tree_refused(self, request: list[bytes], verdict: Verdict) -> None:
+        """A connection to the tree's door from another user (broker/tree_door.py)."""
+        peer = request[3].decode("utf-8", "replace")
+        if self._error_log_limit.allow(self.mdp.now):
+            logger.warning("broker: refused a connection to the tree's door from {}: {}",
+                           peer, verdict.text)
+        data = {"socket": "tree", "endpoint": self.settings.tree_mdp_endpoint,
+                "peer": peer, "key_prefix": "", "reason": verdict.text}
+        self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
+        self.audit.record("peer_refused", data, self.mdp.now)
 
     def _summary(self) -> None:
         """One line per window with what changed: a warning if input was rejected or peers
@@ -288,6 +310,6 @@ def main() -> int:
     setup_logging("broker", settings.log_level)
     try:
         return Broker(settings).run()
-    except (zmq.ZMQError, CurveConfigError) as exc:
+    except (zmq.ZMQError, CurveConfigError, TreeDoorError) as exc:
         logger.error("broker: cannot start: {}", exc)
         return 1

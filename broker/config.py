@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     curve: bool = False
     curve_endpoint: str = "tcp://0.0.0.0:5558"
     keys_dir: str = ""  # "" = <data_dir>/keys (see broker/curve.py for its layout)
+    # The tree's own door (broker/tree_door.py): an ipc:// socket in a directory only the
+    # tree's user may enter; the actors' services are served from it only.
+    # "" = ipc://<data_dir>/run/tree.sock
+    tree_endpoint: str = Field("", pattern=r"^(ipc://.+)?$")
     # The supervisor console (console/): a web page on console_host:console_port (0 = no
     # console). Beyond loopback it needs console_token (console/access.py says why and how).
     console_host: str = "127.0.0.1"
@@ -55,6 +59,11 @@ class Settings(BaseSettings):
     @property
     def heartbeat_expiry_s(self) -> float:
         return self.heartbeat_interval_s * self.heartbeat_liveness
+
+    @property
+    def tree_mdp_endpoint(self) -> str:
+        """Where the tree's own processes (the actors) reach the broker."""
+        return self.tree_endpoint or f"ipc://{self.data_dir / 'run' / 'tree.sock'}"
 
     @property
     def keys_path(self) -> Path:

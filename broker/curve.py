@@ -1,16 +1,17 @@
-"""CURVE for agents outside (DESIGN.md §9): key files, the allow-list, and a ZAP handler.
+"""CURVE for agents (DESIGN.md §9): key files, the allow-list, and its ZAP judge.
 
-The broker's one ROUTER gets a second listener, ``curve_endpoint``, that is a CURVE server;
-the loopback ``mdp_endpoint`` stays plain for the local actors and the command line. libzmq
-takes a socket's security options when it binds (notes/zeromq-facts.md), so binding the
-plain endpoint first and the CURVE one after the options are set gives one MDP state with
-two doors. A NULL connection with no ZAP domain never reaches ZAP (measured with libzmq
-4.3.5): only the CURVE door is checked.
+The broker's one ROUTER gets another listener, ``curve_endpoint``, that is a CURVE server,
+for agents outside and for agents through an SSH tunnel alike; the loopback
+``mdp_endpoint`` stays plain for local commands. libzmq takes a socket's security options
+when it binds (notes/zeromq-facts.md), so binding the plain endpoint first and the CURVE one
+after the options are set gives one MDP state with several doors. A NULL connection with no
+ZAP domain never reaches ZAP (measured with libzmq 4.3.5).
 
-ZAP (RFC 27) is served by a ROUTER driven by the broker's own loop, not by a thread: every
-handshake is decided where the broker can publish ``lea:peer_refused``. The allow-list is
-read again whenever a file in its directory changes, so a key added or removed counts at the
-next handshake, without a restart.
+ZAP (RFC 27) is answered by the broker's own loop (broker/zap.py), where the broker can
+publish ``lea:peer_refused``. An allow-list file whose name starts with ``@`` is skipped: such
+User-Ids are the broker's own (broker/tree_door.py). The allow-list is read again whenever
+a file in its directory changes, so a key added or removed counts at the next handshake,
+without a restart.
 
 Layout of a keys directory (``python run.py keys generate``)::
 
@@ -37,11 +38,10 @@ from loguru import logger
 from zmq.utils import z85
 
 from broker.bus_proxy import RateLimit
+from broker.zap import Verdict
 from messages.events import PEER_REFUSED
 
-ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # RFC 27: where libzmq sends its requests
 ZAP_DOMAIN = b"lea"
-ZAP_BATCH = 100
 KEY_PREFIX = 8  # z85 characters of a key shown in logs and events
 
 
@@ -140,7 +140,9 @@ class AllowList:
                 problems.append(str(exc))
                 continue
             agent = name.removesuffix(".key")
-            if not agent:  # it becomes the User-Id: an empty one would name nobody
+            if not agent or agent.startswith("@"):
+                # It becomes the User-Id: an empty one would name nobody, and '@' ones are
+                # the broker's (the tree's door): no key may pass for the tree.
                 problems.append(f"{self.directory / name}: the file name must name the agent")
                 continue
             keys[z85.decode(public)] = agent
@@ -153,16 +155,6 @@ class AllowList:
 
     def __len__(self) -> int:
         return len(self._keys)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A ZAP answer: status code (200 / 400 / 500), text, and User-Id for an allowed peer."""
-
-    status: bytes
-    text: str
-    user_id: str = ""
-    public_key: bytes = b""  # Z85, when the request carried a CURVE key
 
 
 def decide(frames: list[bytes], allow: AllowList) -> Verdict:
@@ -187,13 +179,14 @@ Publish = Callable[[str, dict[str, Any]], None]
 
 
 class CurveListener:
-    """The CURVE door of the broker's ROUTER and the ZAP handler that guards it.
+    """The CURVE door of the broker's ROUTER and its ZAP judge (broker/zap.py).
 
-    Build it after the plain endpoint is bound; poll :attr:`socket` and call :meth:`drain`.
+    Build it after the plain endpoint is bound and the ZAP server is: a CURVE listener
+    without a ZAP handler lets every key in. Serve :meth:`judge` for :data:`ZAP_DOMAIN`.
     """
 
-    def __init__(self, ctx: zmq.Context[Any], router: zmq.Socket[Any], keys_dir: Path,
-                 endpoint: str, publish: Publish, plain_endpoint: str = "") -> None:
+    def __init__(self, router: zmq.Socket[Any], keys_dir: Path, endpoint: str,
+                 publish: Publish, plain_endpoint: str = "") -> None:
         layout = KeyLayout(keys_dir)
         public, secret = read_key_file(layout.server_secret, secret=True)
         assert secret is not None
@@ -201,11 +194,6 @@ class CurveListener:
         self.publish = publish
         self.endpoint = endpoint
         self._log_limit = RateLimit(2.0)  # a refused agent retries; a hostile one floods
-        # The handler is bound before the listener: a CURVE listener without a ZAP handler
-        # lets every key in.
-        self.socket: zmq.Socket[bytes] = ctx.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.bind(ZAP_ENDPOINT)
         router.setsockopt(zmq.CURVE_SERVER, 1)
         router.setsockopt(zmq.CURVE_SECRETKEY, secret)
         router.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
@@ -225,36 +213,14 @@ class CurveListener:
         for problem in self.allow.problems:
             logger.warning("broker: allow-list: skipped {}", problem)
 
-    def drain(self) -> bool:
-        """Answer up to ZAP_BATCH waiting requests; True if more may wait.
+    def judge(self, request: list[bytes]) -> Verdict:
+        """The verdict on one ZAP request, against the allow-list as it is now."""
+        if self.allow.refresh():  # one directory scan per handshake: they are rare
+            logger.info("broker: allow-list re-read: {} key(s)", len(self.allow))
+            self._log_problems()
+        return decide(request, self.allow)
 
-        True also after any answer: a send can consume the signal of the socket's ZMQ_FD, so
-        the broker's loop must look again rather than wait for the fd (broker.py)."""
-        answered = False
-        for _ in range(ZAP_BATCH):
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return answered
-            if len(frames) < 3 or frames[1] != b"":
-                continue  # not a ZAP request: nothing to answer
-            if self.allow.refresh():  # one directory scan per handshake: they are rare
-                logger.info("broker: allow-list re-read: {} key(s)", len(self.allow))
-                self._log_problems()
-            verdict = decide(frames[2:], self.allow)
-            request_id = frames[3] if len(frames) > 3 else b""
-            try:
-                self.socket.send_multipart([frames[0], b"", b"1.0", request_id, verdict.status,
-                                            verdict.text.encode(), verdict.user_id.encode(),
-                                            b""], zmq.NOBLOCK)
-            except zmq.ZMQError:
-                logger.warning("broker: could not answer a ZAP request")
-            answered = True
-            if verdict.status != b"200":
-                self._refused(frames[2:], verdict)
-        return True
-
-    def _refused(self, request: list[bytes], verdict: Verdict) -> None:
+    def refused(self, request: list[bytes], verdict: Verdict) -> None:
         address = request[3].decode("utf-8", "replace") if len(request) > 3 else ""
         prefix = key_prefix(verdict.public_key) if verdict.public_key else ""
         if self._log_limit.allow(time.monotonic()):
@@ -263,9 +229,6 @@ class CurveListener:
         self.publish(PEER_REFUSED, {"socket": "mdp", "endpoint": self.endpoint,
                                     "peer": address, "key_prefix": prefix,
                                     "reason": verdict.text})
-
-    def close(self) -> None:
-        self.socket.close(0)
 
 
 def _loopback(endpoint: str) -> bool:

@@ -4,9 +4,12 @@ It owns no loop: the broker feeds it every message the ROUTER received (:meth:`h
 calls :meth:`tick` every heartbeat interval. The message path does dict lookups and deque
 moves and never decodes a body.
 
-Authorization (DESIGN.md §9), when the broker has a CURVE listener and so hands ``handle``
-the first frame of each message (its metadata names the sender):
+Authorization (DESIGN.md §9): the broker hands ``handle`` the first frame of each message,
+whose metadata names the sender's door (its ZAP User-Id):
 
+- the actors' services (:data:`broker.tree_door.TREE_SERVICES`) may be served only from the
+  tree's own door (User-Id ``@tree``): a READY for one of them from anywhere else (the plain
+  loopback endpoint, the CURVE listener, an SSH tunnel to either) is refused as below;
 - a peer authenticated as ``M`` (its ZAP User-Id) may be a worker of ``agent.M`` only: a READY
   for any other service (another machine's, or an actor's) is answered DISCONNECT, as RFC 18
   does for a command it will not take, and reported (``refused``);
@@ -51,6 +54,7 @@ from broker.mdp import (
     valid_service_name,
 )
 from broker.peer_id import TAG, client_address
+from broker.tree_door import TREE_SERVICES, TREE_USER_ID
 
 MAX_QUEUE = 100_000  # requests waiting per service; past it new ones are dropped
 
@@ -106,6 +110,7 @@ class Majordomo:
         self.quiet_s = settings.heartbeat_interval_s / 2
         self.request_expiry_s = settings.request_expiry_s
         self.max_body = settings.max_message_bytes
+        self.curve = settings.curve  # clients may be authenticated: addresses say who
         self.services: dict[bytes, Service] = {}
         self.workers: dict[bytes, Worker] = {}
         self.stats = dict.fromkeys(
@@ -117,7 +122,7 @@ class Majordomo:
 
     def handle(self, frames: list[bytes], first: zmq.Frame | None = None) -> None:
         """One message as the ROUTER received it (identity frame first); ``first``, its first
-        frame, when the sender may be authenticated (a CURVE listener exists)."""
+        frame, whose metadata names the sender's door (None: no door is trusted)."""
         n = len(frames)
         if n < 3:
             self.report(frames, "too few frames")
@@ -148,8 +153,10 @@ class Majordomo:
                 self.stats["queue_full"] += 1
                 return
             routing = frames[0]
-            if first is not None:
-                address = client_address(self._masked(routing), user_id(first))
+            if self.curve and first is not None:
+                uid = user_id(first)
+                address = client_address(self._masked(routing),
+                                         None if uid == TREE_USER_ID else uid)
             elif routing.startswith(TAG):
                 address = client_address(routing, None)
             else:
@@ -207,9 +214,8 @@ class Majordomo:
                 self._invalid(worker, frames, "READY needs one service name (not mmi.*)")
             elif worker is not None:
                 self._unexpected(identity, frames, "second READY")
-            elif first is not None and (uid := user_id(first)) is not None and (
-                    name != AGENT_PREFIX + uid.encode()):
-                self._refuse(identity, uid, name)
+            elif (refusal := _refusal(name, first)) is not None:
+                self._refuse(identity, *refusal, name)
             else:
                 self._register(identity, name)
         elif command == W_DISCONNECT:
@@ -245,11 +251,10 @@ class Majordomo:
                 routing, key=self._mask_key, digest_size=15).digest()
         return masked
 
-    def _refuse(self, identity: bytes, uid: str, name: bytes) -> None:
-        """An authenticated peer asked to serve what is not its own ``agent.<uid>``."""
+    def _refuse(self, identity: bytes, uid: str, reason: str, name: bytes) -> None:
+        """A peer asked to serve what is not its own to serve (:func:`_refusal`)."""
         self.stats["workers_refused"] += 1
         self._send_quiet([identity, WORKER, W_DISCONNECT])
-        reason = f"a peer authenticated as {uid!r} may only serve 'agent.{uid}'"
         logger.debug("broker: READY for {!r} from {} refused: {}", name, identity.hex(), reason)
         if self.refused is not None:
             self.refused(identity, uid, name, reason)
@@ -368,3 +373,17 @@ class Majordomo:
         """DISCONNECT every worker (at shutdown: RFC 18 has them re-register on a new socket)."""
         for identity in list(self.workers):
             self._send_quiet([identity, WORKER, W_DISCONNECT])
+
+
+def _refusal(name: bytes, first: zmq.Frame | None) -> tuple[str, str] | None:
+    """(the sender's User-Id or "", why) if the sender of a READY for ``name`` may not serve
+    it; None if it may (module docstring)."""
+    uid = user_id(first) if first is not None else None
+    if uid == TREE_USER_ID:
+        return None
+    if name in TREE_SERVICES:
+        return uid or "", (f"{name.decode()!r} is served by the tree's own processes only "
+                           "(from its door, tree_endpoint)")
+    if uid is not None and name != AGENT_PREFIX + uid.encode():
+        return uid, f"a peer authenticated as {uid!r} may only serve 'agent.{uid}'"
+    return None

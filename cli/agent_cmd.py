@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="this workstation's id; the agent serves agent.<M>")
     parser.add_argument("--connect", metavar="ENDPOINT",
                         help="the broker's MDP endpoint (default: settings mdp_endpoint, "
-                             "tcp://127.0.0.1:5555)")
+                             "tcp://127.0.0.1:5555; curve_endpoint with --curve or --ssh)")
     parser.add_argument("--executor", choices=("simulated", "desktop"), default="simulated",
                         help="simulated: an in-memory desktop; desktop: the real screen")
     parser.add_argument("--data-dir", dest="agent_data_dir", metavar="DIR",

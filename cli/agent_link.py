@@ -31,8 +31,9 @@ class LinkError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     ssh = parser.add_argument_group("SSH tunnel (the broker stays on its loopback)")
     ssh.add_argument("--ssh", metavar="USER@HOST[:PORT]",
-                     help="open and keep an ssh -L tunnel to the broker's host; --connect (or "
-                          "the settings) then names the broker as that host sees it")
+                     help="open and keep an ssh -L tunnel to the broker's host, and speak "
+                          "CURVE inside it (implies --curve); --connect (default: the "
+                          "settings' curve_endpoint) names the broker as that host sees it")
     ssh.add_argument("--ssh-key", metavar="FILE", help="the private key ssh logs in with")
     ssh.add_argument("--ssh-known-hosts", metavar="FILE",
                      help="known_hosts file holding the server's host key")
@@ -77,20 +78,11 @@ class Link:
 
 def build(settings: Settings, args: argparse.Namespace, machine_id: str) -> Link:
     """The link ``args`` ask for; raises LinkError with a message for the operator."""
-    use_curve = settings.curve or bool(getattr(args, "curve", False))
+    # Through SSH too, the agent proves who it is with its own key: the tunnel reaches the
+    # broker's CURVE listener, never the plain loopback endpoint (broker/tree_door.py).
+    use_curve = settings.curve or bool(getattr(args, "curve", False)) or bool(args.ssh)
     endpoint = args.connect or (settings.curve_endpoint if use_curve
                                 else settings.mdp_endpoint)
-    curve: CurveLink | None = None
-    if use_curve:
-        layout = KeyLayout(settings.keys_path)
-        agent_key = Path(args.agent_key) if args.agent_key else layout.agent_secret(machine_id)
-        server_key = Path(args.server_key) if args.server_key else layout.server_public
-        try:
-            keys = CurveKeys.load(server_key, agent_key)
-        except CurveConfigError as exc:
-            raise LinkError(f"{exc} (make keys with: python run.py keys generate --agent "
-                            f"{machine_id})") from exc
-        curve = CurveLink(keys, endpoint, agent_key, args.exit_on_auth_failure)
     tunnel: Tunnel | None = None
     if args.ssh:
         try:
@@ -108,5 +100,17 @@ def build(settings: Settings, args: argparse.Namespace, machine_id: str) -> Link
             tunnel = Tunnel(spec)
         except TunnelError as exc:
             raise LinkError(str(exc)) from exc
-        endpoint = spec.local_endpoint  # the CURVE link's messages keep naming the broker's
+    curve: CurveLink | None = None
+    if use_curve:
+        layout = KeyLayout(settings.keys_path)
+        agent_key = Path(args.agent_key) if args.agent_key else layout.agent_secret(machine_id)
+        server_key = Path(args.server_key) if args.server_key else layout.server_public
+        try:
+            keys = CurveKeys.load(server_key, agent_key)
+        except CurveConfigError as exc:
+            raise LinkError(f"{exc} (make keys with: python run.py keys generate --agent "
+                            f"{machine_id})") from exc
+        curve = CurveLink(keys, endpoint, agent_key, args.exit_on_auth_failure)
+    if tunnel is not None:
+        endpoint = tunnel.spec.local_endpoint  # the CURVE link's messages name the broker's
     return Link(settings.model_copy(update={"mdp_endpoint": endpoint}), curve, tunnel)

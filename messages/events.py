@@ -40,7 +40,8 @@ PEER_DISCONNECTED: Final = "lea:peer_disconnected"
 # A CURVE handshake refused by the broker (key not in the allow-list); DESIGN.md §9.
 PEER_REFUSED: Final = "lea:peer_refused"
 WORKER_REFUSED: Final = "lea:worker_refused"
-"""A READY the broker refused: a peer authenticated (CURVE) as M may serve ``agent.M`` only."""
+"""A READY the broker refused: a peer authenticated (CURVE) as M may serve ``agent.M`` only, and
+the actors' services are served from the tree's own door only (broker/tree_door.py)."""
 SENDER_REFUSED: Final = "lea:sender_refused"
 """A request refused for who sent it: ``forbidden`` (an agent asking what only local peers
 may, e.g. a replay control command) or ``wrong_machine`` (an agent speaking for another)."""

@@ -6,6 +6,9 @@ flight at a time, re-sent after a failure or a restart of either side) over a no
 MDP client. The broker and audit_log are children of the same supervisor: while either is
 down, the records wait in the outbox and the supervisor goes on supervising.
 
+Other processes of the tree commit records to the same outbox (the broker its refusals,
+broker/refusal_audit.py): the link looks at the outbox every :data:`OUTBOX_LOOK_S` too.
+
 The supervisor's loop sleeps in a selector, not a zmq poller: :meth:`AuditLink.fileno` is
 the client socket's ``ZMQ_FD``. That fd is edge-triggered, so :meth:`pump` always ends
 with a drain (read until EAGAIN): anything that arrives after it makes the fd readable again.
@@ -24,6 +27,9 @@ from actors.audit_sender import RETRY_S, AuditSender
 from broker.client import Client
 from supervision.audit_outbox import AuditOutbox
 
+OUTBOX_LOOK_S = 1.0
+"""How often the link looks for records another process committed to the outbox."""
+
 
 class AuditLink:
     """Records committed in ``outbox`` and sent to audit_log at ``endpoint`` (the broker)."""
@@ -37,6 +43,7 @@ class AuditLink:
                                   label=source)
         self.lost = 0  # records that could not even be committed (disk full...)
         self._hold_until = 0.0  # after an error of our own: not a busy loop on a bad disk
+        self._look_at = 0.0  # when to look for records of other processes (monotonic)
 
     def fileno(self) -> int:
         """Readable when the client socket may have a reply (edge-triggered: see above)."""
@@ -65,7 +72,7 @@ class AuditLink:
     def wake_at(self) -> float | None:
         """When :meth:`pump` has work (monotonic time), else None: a reply wakes the fd."""
         due = self.sender.due()
-        times = [t for t in (self.client.next_deadline(),
+        times = [t for t in (self.client.next_deadline(), self._look_at,
                              None if due is None else max(due, self._hold_until))
                  if t is not None]
         return min(times) if times else None
@@ -73,6 +80,9 @@ class AuditLink:
     def pump(self, now: float) -> None:
         """Time out calls, send what is due, read the replies (callbacks send the next
         batch); never blocks."""
+        if now >= self._look_at:
+            self._look_at = now + OUTBOX_LOOK_S
+            self.sender.notify()
         try:
             self.client.tick(now)
             due = self.sender.due()

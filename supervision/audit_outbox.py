@@ -9,7 +9,9 @@ Rows left by a previous run are sent at the next start. Record ids are
 never reuses a row id, and each open starts a new epoch of ids (actors/durability.py), so
 an id names one record forever, even after a cut that rolled back the last rows.
 
-No actor reads this database (§8): it is the supervisor's own.
+No actor reads this database (§8): it is the supervisor's own. The broker, a child that
+cannot wait for audit_log either, commits its refusals here too (source ``broker``,
+broker/refusal_audit.py); the supervisor sends them with its own.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -14,7 +15,7 @@ from broker import mdp
 from broker.client import SyncClient
 from messages import ErrorReply, Pong, decode, encode
 from messages.control import Ping
-from tests.conftest import Spawn, free_port, python_argv, wait_until
+from tests.conftest import Spawn, python_argv, wait_until
 
 
 def malformed_bodies(rng: random.Random, count: int) -> Iterator[list[bytes]]:
@@ -79,12 +80,14 @@ def test_actor_survives_malformed_frames_from_its_broker(
     spawn: Spawn, lea_env: dict[str, str]
 ) -> None:
     """A ROUTER in the test poses as the broker and sends garbage MDP/Worker frames."""
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    # An actor serves from the tree's own door (broker/tree_door.py): the ROUTER binds it.
+    endpoint = f"ipc://{lea_env['LEA_DATA_DIR']}/fake-broker.sock"
+    Path(lea_env["LEA_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
     ctx = zmq.Context.instance()
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     router.bind(endpoint)
-    env = dict(lea_env, LEA_MDP_ENDPOINT=endpoint, LEA_HEARTBEAT_INTERVAL_MS="1000",
+    env = dict(lea_env, LEA_TREE_ENDPOINT=endpoint, LEA_HEARTBEAT_INTERVAL_MS="1000",
                LEA_HEARTBEAT_LIVENESS="10")
     actor = spawn(python_argv("-m", "actors", "audit_log"), env=env, name="audit_log")
     assert router.poll(10_000)

@@ -172,7 +172,8 @@ class System:
 def system(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> Any:
     endpoint = lea_env["LEA_MDP_ENDPOINT"]
     spawn(python_argv("-m", "broker"), env=lea_env, name="broker")
-    dispatcher = FakeDispatcher(endpoint)
+    # It serves 'dispatcher': only from the tree's own door (broker/tree_door.py).
+    dispatcher = FakeDispatcher(f"ipc://{lea_env['LEA_DATA_DIR']}/run/tree.sock")
     dispatcher.start()
     client = SyncClient(endpoint)
     wait_until(lambda: client.raw("mmi.service", b"dispatcher", timeout_s=1.0) == [b"200"],

@@ -1,7 +1,8 @@
 """Issue 7 item 4: an agent that reaches the broker through its own SSH tunnel.
 
 A real sshd on 127.0.0.1 (tests/integration/sshd.py) lets the agent forward to the broker's
-port only; the broker stays on loopback. The agent runs ``ssh -N -L`` itself; the test kills
+CURVE port only (inside the tunnel the agent speaks CURVE with its own key: issue 15); the
+broker stays on loopback. The agent runs ``ssh -N -L`` itself; the test kills
 that ssh (kill -9) twice in the middle of a replay: the agent starts it again, its sockets
 reconnect, and the replay completes with every input performed exactly once.
 """
@@ -15,12 +16,25 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import Spawn, python_argv, wait_until
+from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
 from tests.integration.sshd import start_sshd
 from tests.integration.system import Agent, System, clicks, workflow
 from tests.integration.transport_checks import agent_log, assert_client_invariants, wait_ready
 
 STEPS = 12
+
+
+def curve_env(tmp: Path, *agents: str) -> tuple[dict[str, str], int]:
+    """The settings of a CURVE broker on loopback whose allow-list has ``agents`` (keys made
+    by ``run.py keys generate``), and its CURVE port: what the SSH tunnel reaches."""
+    keys = tmp / "keys"
+    agent_flags = [flag for name in agents for flag in ("--agent", name)]
+    subprocess.run(python_argv("run.py", "keys", "generate", "--dir", str(keys),
+                               *agent_flags, "--allow"),
+                   cwd=ROOT, check=True, capture_output=True)
+    port = free_port()
+    return {"LEA_CURVE": "1", "LEA_CURVE_ENDPOINT": f"tcp://127.0.0.1:{port}",
+            "LEA_KEYS_DIR": str(keys)}, port
 
 
 def ssh_child(agent: Agent) -> int | None:
@@ -46,10 +60,10 @@ def kill_ssh_when(agent: Agent, executed: int) -> int:
 
 def test_agent_through_its_ssh_tunnel_survives_ssh_kills(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
-    broker_port = int(lea_env["LEA_MDP_ENDPOINT"].rsplit(":", 1)[1])
+    curve, broker_port = curve_env(tmp_path, "tun1")
     sshd = start_sshd(spawn, tmp_path, broker_port)
     # Identical clicks are loop-detector fodder; this test is about the transport only.
-    system = System(spawn, lea_env, tmp_path, {"RPA_LOOP_DETECTOR_ENABLED": "0"})
+    system = System(spawn, lea_env, tmp_path, {**curve, "RPA_LOOP_DETECTOR_ENABLED": "0"})
     agent = system.agent("tun1", {"default": {"delay_s": 0.3}}, extra_args=sshd.agent_args())
     wait_ready(system, agent)
     # Its sockets go to the tunnel's local end, not to the broker's port.
@@ -74,7 +88,7 @@ def test_agent_through_its_ssh_tunnel_survives_ssh_kills(
 def test_an_agent_whose_ssh_key_is_refused_says_so_and_retries(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     """No tree needed: the agent reports what ssh said, and tries again with a backoff."""
-    broker_port = int(lea_env["LEA_MDP_ENDPOINT"].rsplit(":", 1)[1])
+    curve, broker_port = curve_env(tmp_path, "tun2")
     sshd = start_sshd(spawn, tmp_path, broker_port)
     stranger = tmp_path / "stranger_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)],
@@ -82,7 +96,8 @@ def test_an_agent_whose_ssh_key_is_refused_says_so_and_retries(
     args = sshd.agent_args()
     args[args.index("--ssh-key") + 1] = str(stranger)
     spawn(python_argv("-m", "agent", "--machine-id", "tun2", "--data-dir",
-                      str(tmp_path / "tun2"), *args), env=lea_env, name="agent-tun2")
+                      str(tmp_path / "tun2"), *args), env={**lea_env, **curve},
+          name="agent-tun2")
 
     def log() -> str:
         return "".join(p.read_text() for p in tmp_path.glob("agent-tun2-*.log"))

@@ -87,15 +87,17 @@ def test_link_endpoints(tmp_path: Path) -> None:
     assert plain.settings.mdp_endpoint == "tcp://127.0.0.1:5555"
     assert plain.curve is None and plain.tunnel is None
 
-    tunnelled = agent_link.build(settings, _args("--ssh", "lea@srv:2222",
-                                                 "--ssh-local-port", "41000"), "ws1")
-    assert tunnelled.tunnel is not None
-    assert tunnelled.settings.mdp_endpoint == "tcp://127.0.0.1:41000"
-    assert "127.0.0.1:41000:127.0.0.1:5555" in tunnelled.tunnel.argv
-
     with pytest.raises(agent_link.LinkError, match="keys generate --agent ws1"):
         agent_link.build(settings, _args("--curve"), "ws1")
+    with pytest.raises(agent_link.LinkError, match="keys generate --agent ws1"):
+        agent_link.build(settings, _args("--ssh", "lea@srv"), "ws1")  # SSH means CURVE too
     assert main(["keys", "generate", "--dir", str(tmp_path / "keys"), "--agent", "ws1"]) == 0
+    # Through SSH the agent speaks CURVE, to the broker's CURVE listener, never the plain door.
+    tunnelled = agent_link.build(settings, _args("--ssh", "lea@srv:2222",
+                                                 "--ssh-local-port", "41000"), "ws1")
+    assert tunnelled.tunnel is not None and tunnelled.curve is not None
+    assert tunnelled.settings.mdp_endpoint == "tcp://127.0.0.1:41000"
+    assert "127.0.0.1:41000:127.0.0.1:5558" in tunnelled.tunnel.argv
     curved = agent_link.build(settings, _args("--curve"), "ws1")
     assert curved.curve is not None and curved.settings.mdp_endpoint == "tcp://0.0.0.0:5558"
     both = agent_link.build(settings, _args("--curve", "--connect", "tcp://srv:5558",

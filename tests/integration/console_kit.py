@@ -95,12 +95,13 @@ def sign_in(page: Page, name: str, password: str = PASSWORD) -> None:
     page.locator(f'body[data-account="{name}"]').wait_for(state="attached")
 
 
-def signed_in(url: str, name: str, password: str = PASSWORD) -> httpx.Client:
+@contextlib.contextmanager
+def signed_in(url: str, name: str, password: str = PASSWORD) -> Iterator[httpx.Client]:
     """An HTTP client with the session of ``name`` (POST /api/login)."""
-    client = httpx.Client(base_url=url, timeout=10)
-    reply = client.post("/api/login", json={"account": name, "password": password})
-    assert reply.status_code == 200, reply.text
-    return client
+    with httpx.Client(base_url=url, timeout=10) as client:
+        reply = client.post("/api/login", json={"account": name, "password": password})
+        assert reply.status_code == 200, reply.text
+        yield client
 
 
 def console_records(system: System, kind: str | None = None) -> list[dict[str, Any]]:

@@ -175,14 +175,14 @@ class AccountStore:
                 (scope, since)).fetchone()
         return Failures(int(count), oldest)
 
-    def login_failed(self, scopes: list[str], now: float, record: dict[str, Any],
-                     window_s: float) -> None:
-        """Count a failed sign-in under each scope, and record it."""
+    def attempt(self, scopes: list[str], now: float, window_s: float) -> list[int]:
+        """Count a sign-in as failed under each scope *before* its password is checked, so
+        that attempts sent together cannot all pass the limit; the row ids, which a good
+        password takes back (:meth:`open_session`)."""
         with self._tx() as db:
             db.execute("DELETE FROM login_failures WHERE at < ?", (now - window_s,))
-            db.executemany("INSERT INTO login_failures VALUES (?, ?)",
-                           [(s, now) for s in scopes])
-            self._audit("login_failed", now, record)
+            return [int(db.execute("INSERT INTO login_failures VALUES (?, ?)",
+                                   (s, now)).lastrowid or 0) for s in scopes]
 
     def record(self, kind: str, now: float, data: dict[str, Any]) -> None:
         """An audit record of the console (a refusal, a limit reached...)."""
@@ -192,11 +192,13 @@ class AccountStore:
     # Sessions ---------------------------------------------------------------------------
 
     def open_session(self, id_hash: str, account: Account, client: str, now: float,
-                     expires_at: float, forget_scope: str) -> None:
-        """A new session after a good password: the account's failures are forgotten, and
-        the sign-in recorded."""
+                     expires_at: float, forget_scope: str, attempt: list[int]) -> None:
+        """A new session after a good password: the account's failures and this attempt's
+        rows are forgotten, and the sign-in recorded."""
         with self._tx() as db:
             db.execute("DELETE FROM login_failures WHERE scope = ?", (forget_scope,))
+            db.executemany("DELETE FROM login_failures WHERE rowid = ?",
+                           [(i,) for i in attempt])
             db.execute("DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at < ?",
                        (now - ENDED_KEPT_S,))
             db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, NULL, NULL)",

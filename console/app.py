@@ -111,7 +111,8 @@ def create_app(settings: Settings) -> FastAPI:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await loop.run_in_executor(None, feed.stop)
-            await loop.run_in_executor(None, console.close)
+            console.close_local()
+            await loop.run_in_executor(None, console.link.close)
 
     app = FastAPI(title="Léa supervisor console", version="1", lifespan=lifespan,
                   openapi_url="/api/openapi.json", docs_url=None, redoc_url=None,

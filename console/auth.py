@@ -2,9 +2,10 @@
 
 - ``POST /api/login {account, password}`` opens a server-side session: an HTTP-only,
   SameSite=Strict cookie holding a random value (the database keeps only its hash), valid
-  for ``console_session_lifetime_s``. Failures are counted per account and per client
-  address (console/accounts.py) and refused with 429 past the limit. Every sign-in, failure,
-  limit reached, sign-out and expiry is an audit record (source ``console``).
+  for ``console_session_lifetime_s`` and until the browser closes. Failures are counted
+  per account and per client address (console/accounts.py), each attempt before its password
+  is checked, and refused with 429 past the limit. Every sign-in, failure, limit reached,
+  sign-out and expiry is an audit record (source ``console``).
 - :func:`who` is the person (or script) behind a request, :func:`answerer` one allowed to
   answer a replay: a viewer's resume, pause or cancel is refused here (403
   ``role_forbidden``, recorded), whatever the page shows.
@@ -176,17 +177,19 @@ async def login(body: LoginBody, request: Request, response: Response) -> Identi
                          f"again in {round(seconds)} s", {"retry_after_s": round(seconds),
                                                           "limit": scope},
                          {"Retry-After": str(round(seconds))})
+    # Counted before the (slow) check, in the same turn of the loop as the limit: attempts
+    # sent together are refused past the limit, not all checked at once.
+    attempt = console.accounts.attempt(scopes, now, settings.console_login_window_s)
     loop = asyncio.get_running_loop()
     ok = await loop.run_in_executor(None, password_matches,
                                     account.password_hash if account else None, body.password)
     if not ok or account is None:
         # An unknown name is not written to the trail: it is often a password typed in
         # the wrong field, and the trail keeps everything for good.
-        console.accounts.login_failed(scopes, now, {
+        console.accounts.record("login_failed", now, {
             "client": client, "reason": "bad_password" if account else "unknown_account",
             **({"account": name} if account else {"account_known": False}),
-            "failures_in_window": failures[0].count + 1,
-        }, settings.console_login_window_s)
+            "failures_in_window": failures[0].count + 1})
         console.audit.wake()
         raise ApiProblem(401, "login_failed", "wrong account name or password")
     if account.disabled:
@@ -200,11 +203,12 @@ async def login(body: LoginBody, request: Request, response: Response) -> Identi
     value = secrets.token_urlsafe(32)
     expires_at = now + settings.console_session_lifetime_s
     console.accounts.open_session(session_hash(value), account, client, now, expires_at,
-                                  scopes[0])
+                                  scopes[0], attempt)
     console.audit.wake()
-    response.set_cookie(access.SESSION_COOKIE, value,
-                        max_age=int(settings.console_session_lifetime_s), httponly=True,
-                        samesite="strict", path="/", secure=request.url.scheme == "https")
+    # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
+    # server's expiry is the one that counts (it can then say "expired", not "who are you").
+    response.set_cookie(access.SESSION_COOKIE, value, httponly=True, samesite="strict",
+                        path="/", secure=request.url.scheme == "https")
     return Identity(account=account.name, role=account.role, via="session",
                     expires_at=expires_at)
 

@@ -83,10 +83,15 @@ class ConsoleState:
         return cls(settings, link, board, hub, Live(link, board, hub, trail), trail, accounts,
                    AuditPump(settings.mdp_endpoint, accounts.path), OncePer())
 
-    def close(self) -> None:
-        self.link.close()
+    def close_local(self) -> None:
+        """Close what belongs to the event loop's thread (its SQLite connections); then
+        ``link.close`` may run elsewhere (it waits for the calls under way)."""
         self.audit.close()
         self.accounts.close()
+
+    def close(self) -> None:
+        self.close_local()
+        self.link.close()
 
     async def first_refresh(self) -> None:
         """Wait (a little) for the first list from the dispatcher."""

@@ -86,7 +86,13 @@
       const open = () => {
         source = new EventSource("/api/events");
         source.onopen = () => state("live", "● En direct");
-        source.onerror = () => state("down", "○ Connexion perdue — nouvelle tentative…");
+        source.onerror = () => {
+          state("down", "○ Connexion perdue — nouvelle tentative…");
+          if (source.readyState !== EventSource.CLOSED) return; // the browser tries again
+          // Refused for good (a 401 once the session ended): Lea.api reloads to the
+          // sign-in page then; otherwise try again a little later.
+          Lea.api("GET", "/api/me").then((reply) => { if (reply.ok) setTimeout(open, 2000); });
+        };
         source.addEventListener("status", (event) => {
           const data = JSON.parse(event.data);
           const banner = $("#dispatcher-down");

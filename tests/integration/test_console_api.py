@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -209,9 +210,10 @@ def test_roles_decide_on_the_server_and_every_answer_names_the_account(
 def test_failed_sign_ins_are_limited_per_account_and_per_address_and_audited(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     system, url = console_system(spawn, lea_env, tmp_path, LEA_CONSOLE_LOGIN_MAX_FAILURES="3",
-                                 LEA_CONSOLE_LOGIN_MAX_FAILURES_PER_ADDRESS="6")
+                                 LEA_CONSOLE_LOGIN_MAX_FAILURES_PER_ADDRESS="9")
     add_account(system, "ide.dupont", "operator")
     add_account(system, "dr.martin", "operator")
+    add_account(system, "cadre.sante", "admin")
     with httpx.Client(base_url=url, timeout=10) as c:
         def login(name: str, password: str) -> httpx.Response:
             return c.post("/api/login", json={"account": name, "password": password})
@@ -226,21 +228,31 @@ def test_failed_sign_ins_are_limited_per_account_and_per_address_and_audited(
         error_of(login("no.such.person", "anything at all"), 401, "login_failed")
         error_of(login("dr.martin", "not the password"), 401, "login_failed")
         error_of(login("dr.martin", "not the password"), 401, "login_failed")
-        # ...until the address itself reaches its limit (6 failures from 127.0.0.1).
+        # Sent all at once, wrong passwords do not pass the limit while the first ones are
+        # being checked: only 3 are looked at, the others wait.
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda n: httpx.post(
+                f"{url}/api/login", json={"account": "cadre.sante", "password": f"guess {n}"},
+                timeout=60).status_code, range(8)))
+        assert sorted(together) == [401] * 3 + [429] * 5, together
+        # ...until the address itself reaches its limit (9 failures from 127.0.0.1).
         by_address = error_of(login("dr.martin", PASSWORD), 429, "login_rate_limited")
         assert by_address["detail"]["limit"] == "address"
         assert login("dr.martin", PASSWORD).status_code == 429
 
-    wait_until(lambda: len(console_records(system, "login_rate_limited")) == 2, timeout=20,
+    wait_until(lambda: len(console_records(system, "login_rate_limited")) == 3, timeout=20,
                interval=0.2)
     failed = console_records(system, "login_failed")
     assert [r["data"].get("account") for r in failed] == [
-        "ide.dupont", "ide.dupont", "ide.dupont", None, "dr.martin", "dr.martin"]
+        "ide.dupont", "ide.dupont", "ide.dupont", None, "dr.martin", "dr.martin",
+        "cadre.sante", "cadre.sante", "cadre.sante"]
     assert [r["data"]["reason"] for r in failed][2:4] == ["bad_password", "unknown_account"]
     assert failed[3]["data"]["account_known"] is False  # an unknown name is not kept
     assert all(r["data"]["client"] == "127.0.0.1" for r in failed)
-    assert [r["data"]["limit"] for r in console_records(system, "login_rate_limited")] == [
-        "account", "address"]  # each recorded once, not at every refused attempt
+    limited_records = console_records(system, "login_rate_limited")
+    assert [(r["data"].get("account"), r["data"]["limit"]) for r in limited_records] == [
+        ("ide.dupont", "account"), ("cadre.sante", "account"), ("dr.martin", "address")]
+    # (each recorded once, not at every refused attempt)
     (succeeded,) = console_records(system, "login_succeeded")
     assert succeeded["data"]["account"] == "dr.martin"
     assert succeeded["data"]["role"] == "operator"

@@ -108,7 +108,8 @@ def test_a_session_is_known_by_its_hash_and_expires(tmp_path: Path) -> None:
     account = store.get("alice")
     assert account is not None
     cookie = "a-random-cookie-value"
-    store.open_session(session_hash(cookie), account, "127.0.0.1", 10.0, 20.0, "account:alice")
+    store.open_session(session_hash(cookie), account, "127.0.0.1", 10.0, 20.0, "account:alice",
+                       [])
     assert store.session(cookie, 11.0).state == "unknown"  # the value itself opens nothing
     assert store.session(session_hash(cookie), 19.9).state == "valid"
     assert store.session(session_hash(cookie), 20.0).state == "expired"
@@ -126,12 +127,12 @@ def test_logout_disable_and_a_new_password_end_sessions(tmp_path: Path) -> None:
     account = store.get("alice")
     assert account is not None
     for n in range(3):
-        store.open_session(f"h{n}", account, "127.0.0.1", 10.0, 1000.0, "account:alice")
+        store.open_session(f"h{n}", account, "127.0.0.1", 10.0, 1000.0, "account:alice", [])
     assert store.end_session("h0", 11.0) and not store.end_session("h0", 12.0)
     assert store.session("h0", 13.0).state == "ended"
     store.change("alice", 14.0, BY, password_hash=hash_password(PASSWORD + "2"))
     assert store.session("h1", 15.0).state == "ended"
-    store.open_session("h3", account, "127.0.0.1", 16.0, 1000.0, "account:alice")
+    store.open_session("h3", account, "127.0.0.1", 16.0, 1000.0, "account:alice", [])
     store.change("alice", 17.0, BY, disabled=True)
     assert store.session("h3", 18.0).state == "ended"
     store.close()
@@ -143,8 +144,20 @@ def test_logout_disable_and_a_new_password_end_sessions(tmp_path: Path) -> None:
 def test_failures_are_counted_per_scope_within_the_window(tmp_path: Path) -> None:
     store = AccountStore.in_dir(tmp_path)
     for at in (1.0, 2.0, 3.0):
-        store.login_failed(["account:alice", "address:10.0.0.1"], at, {"reason": "x"}, 100.0)
+        store.attempt(["account:alice", "address:10.0.0.1"], at, 100.0)
     assert store.failures("account:alice", 0.0) == Failures(3, 1.0)
     assert store.failures("account:alice", 2.5) == Failures(1, 3.0)
     assert store.failures("address:10.0.0.2", 0.0) == Failures(0, None)
+    # A good password takes its attempt back, and clears its account's failures only.
+    store.add("alice", "operator", hash_password(PASSWORD), 4.0, BY)
+    account = store.get("alice")
+    assert account is not None
+    rows = store.attempt(["account:alice", "address:10.0.0.1"], 5.0, 100.0)
+    assert store.failures("address:10.0.0.1", 0.0).count == 4
+    store.open_session("h", account, "10.0.0.1", 5.0, 50.0, "account:alice", rows)
+    assert store.failures("account:alice", 0.0).count == 0
+    assert store.failures("address:10.0.0.1", 0.0) == Failures(3, 1.0)
+    # Older than the window: forgotten at the next attempt.
+    store.attempt(["address:10.0.0.9"], 500.0, 100.0)
+    assert store.failures("address:10.0.0.1", 0.0).count == 0
     store.close()

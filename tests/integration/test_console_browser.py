@@ -21,6 +21,7 @@ import pytest
 
 from cli.ollama_stub import GOOD_CHECKS, OllamaStub
 from cli.workflow_cmd import load_workflow
+from messages.replay import CancelReplay
 from tests.conftest import Spawn, wait_until
 from tests.integration.console_kit import (
     PASSWORD,
@@ -322,3 +323,35 @@ def test_an_expired_session_is_refused_and_the_sign_in_comes_back(
     (login,) = console_records(system, "login_succeeded")
     assert expired["data"]["account"] == "ide.dupont"
     assert expired["data"]["session"] == login["data"]["session"]
+
+
+def test_an_operator_pauses_a_running_replay_from_its_page(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path)
+    add_account(system, "ide.dupont", "operator")
+    ready_agent(system, "M4")
+    # Long enough for a person to click while it runs; the pause comes after the step in
+    # flight (D8).
+    step = {"type": "wait", "parameters": {"duration_ms": 10_000}}
+    replay_id = system.start(workflow(step, step, step, step, workflow_id="long"), "M4")
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(f"{url}/replays/{replay_id}")
+        sign_in(page, "ide.dupont")
+        pause_now = page.locator("#pause-now")
+        expect(pause_now).to_be_visible(timeout=WAIT_MS)
+        expect(pause_now).to_be_enabled()
+        pause_now.click()
+        expect(page.locator("#toast")).to_contain_text("se met en pause")
+        expect(page.locator("#replay-head")).to_have_attribute("data-status", PAUSED,
+                                                               timeout=30_000)
+        expect(page.locator("#pause")).to_be_visible()
+        expect(pause_now).to_be_hidden()
+        shoot(page, "13-operator-paused")
+    (paused,) = audit_records(system, replay_id, "replay_paused")
+    assert paused["data"]["reason"] == "operator"
+    assert (paused["data"]["detail"]["account"], paused["data"]["detail"]["role"]) == (
+        "ide.dupont", "operator")
+    system.call("dispatcher", CancelReplay(replay_id=replay_id, operator="test"))

@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     console_host: str = "127.0.0.1"
     console_port: int = Field(8765, ge=0, le=65535)
     console_token: str = Field("", max_length=512)
+    # Operator accounts (console/accounts.py): how long a sign-in lasts, and how many failed
+    # sign-ins an account / a client address may have within the window before it waits.
+    console_session_lifetime_s: float = Field(8 * 3600.0, ge=1, le=7 * 24 * 3600)
+    console_login_window_s: float = Field(900.0, ge=1)
+    console_login_max_failures: int = Field(5, ge=1)
+    console_login_max_failures_per_address: int = Field(20, ge=1)
 
     @property
     def heartbeat_interval_s(self) -> float:

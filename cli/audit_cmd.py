@@ -43,8 +43,11 @@ EXIT_OK, EXIT_BROKEN, EXIT_UNREACHABLE = 0, 1, 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="audit_command", required=True)
-    show = sub.add_parser("show", help="the timeline of one replay")
-    show.add_argument("replay_id")
+    show = sub.add_parser("show", help="the timeline of one replay (or of one source: "
+                          "--source console for sign-ins and accounts)")
+    show.add_argument("replay_id", nargs="?")
+    show.add_argument("--source", help="instead of a replay: every record of this source "
+                      "(console, supervisor, dispatcher...)")
     show.add_argument("--json", action="store_true", help="one JSON object per record")
     check = sub.add_parser("verify", help="walk the hash chain (reads the database file)")
     check.add_argument("--anchor", action="append", default=[], metavar="SEQ:HASH",
@@ -97,15 +100,22 @@ def pages(client: SyncClient, query: AuditQuery, timeout_s: float) -> Iterator[A
 
 
 def _show(client: SyncClient, args: argparse.Namespace) -> int:
+    if (args.replay_id is None) == (args.source is None):
+        print("error: audit show: give a replay id or --source, one of them",
+              file=sys.stderr)
+        return EXIT_UNREACHABLE
     count = 0
+    what = f"replay {args.replay_id}" if args.replay_id else f"source {args.source}"
     for record in pages(client, AuditQuery(replay_id=args.replay_id), args.timeout):
+        if args.source is not None and record.source != args.source:
+            continue
         if count == 0 and not args.json:
-            print(f"replay {args.replay_id}  (times in UTC)")
+            print(f"{what}  (times in UTC)")
         print(json.dumps(record_json(record), ensure_ascii=False) if args.json
               else describe_record(record))
         count += 1
     if count == 0:
-        print(f"no audit record for replay {args.replay_id}", file=sys.stderr)
+        print(f"no audit record for {what}", file=sys.stderr)
         return EXIT_BROKEN
     if not args.json:
         print(f"{count} records")

@@ -19,8 +19,9 @@ from messages.audit import AuditRecordOut
 # Ids every record of a replay carries: the header (or replay_started) says them once.
 _QUIET = {"replay_id", "session_id", "at", "machine_id"}
 _SHOWN = ("action_id", "attempt_id", "action_type", "status", "success", "error", "warning",
-          "operator", "reason", "message", "acknowledged_check_ids", "safety_checks",
-          "monitor_resolution", "resent_count", "resend_reason")
+          "operator", "account", "role", "os_user", "reason", "message",
+          "acknowledged_check_ids", "safety_checks", "monitor_resolution", "resent_count",
+          "resend_reason")
 _SEEN_ELSEWHERE = {"report", "detail"}  # _report_parts, _detail_lines
 _INDENT = " " * 10
 MESSAGE_WIDTH = 80

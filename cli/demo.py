@@ -27,6 +27,7 @@ from cli.ollama_stub import OllamaStub
 from cli.ping import ping_service
 from cli.replay_cmd import check_lines, describe, pause_lines
 from cli.tap import format_event
+from cli.whoami import os_user
 from cli.workflow_cmd import load_workflow
 from messages import events
 from messages.events import Event
@@ -170,7 +171,8 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = F
               f"({len(workflow.actions)} steps):")
         if console_port:
             print(f"(The pause can also be answered in the browser: "
-                  f"http://{demo.console_host}:{console_port}/)")
+                  f"http://{demo.console_host}:{console_port}/ with an operator account: "
+                  f"python run.py --data-dir {data_dir} accounts add NAME --role operator)")
         started = client.call("dispatcher", StartReplay(
             workflow=workflow, machine_id=MACHINE, operator="demo")).body
         assert isinstance(started, ReplayStarted)
@@ -207,7 +209,8 @@ def _follow(client: SyncClient, replay_id: str, muted: threading.Event) -> int:
             acked = ask_checks(summary)
             try:
                 client.call("dispatcher", ResumeReplay(
-                    replay_id=replay_id, acknowledged_check_ids=acked, operator=operator))
+                    replay_id=replay_id, acknowledged_check_ids=acked, operator=operator,
+                    os_user=os_user()))
             except CallFailed as exc:
                 print(f"Resume refused: {exc}")
             muted.clear()

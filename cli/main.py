@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     audit_cmd.add_arguments(sub.add_parser("audit", help="audit trail: show, verify, export, "
                                            "prune"))
     keys_cmd.add_arguments(sub.add_parser("keys", help="CURVE key pairs (server, agents)"))
+    from cli import accounts_cmd
+
+    accounts_cmd.add_arguments(sub.add_parser("accounts", help="the console's operator "
+                                              "accounts: add, list, disable, role, password"))
     return parser
 
 
@@ -168,6 +172,12 @@ def _workflow(_settings: Settings, args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _accounts(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.accounts_cmd import run
+
+    return run(settings, args)
+
+
 def _audit(settings: Settings, args: argparse.Namespace) -> int:
     from cli.audit_cmd import run
 
@@ -180,6 +190,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "keys": _keys,
     "console": _console,
     "audit": _audit,
+    "accounts": _accounts,
 }
 
 

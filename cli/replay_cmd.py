@@ -11,6 +11,7 @@ from typing import TextIO
 
 from broker.client import CallFailed, SyncClient
 from broker.config import Settings
+from cli.whoami import os_user
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
 from messages.replay import (
@@ -183,7 +184,8 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
     if command == "start":
         workflow = load_workflow(args.file)
         msg = StartReplay(workflow=workflow, machine_id=args.machine_id, mode=args.mode,
-                          session_id=args.session_id, operator=args.operator)
+                          session_id=args.session_id, operator=args.operator,
+                          os_user=os_user())
         reply = client.call("dispatcher", msg, timeout_s=timeout).body
         assert isinstance(reply, ReplayStarted)
         _emit(reply, args.json, reply.replay_id)
@@ -197,7 +199,8 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
         return 0
     if command == "pause":
         paused = client.call("dispatcher", PauseReplay(
-            replay_id=args.replay_id, operator=args.operator, message=args.message),
+            replay_id=args.replay_id, operator=args.operator, message=args.message,
+            os_user=os_user()),
             timeout_s=timeout).body
         assert isinstance(paused, Ack)
         inflight = paused.detail.get("inflight_action_id")
@@ -207,14 +210,16 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
         return 0
     if command == "resume":
         resumed = client.call("dispatcher", ResumeReplay(
-            replay_id=args.replay_id, acknowledged_check_ids=args.ack, operator=args.operator),
+            replay_id=args.replay_id, acknowledged_check_ids=args.ack, operator=args.operator,
+            os_user=os_user()),
             timeout_s=timeout).body
         assert isinstance(resumed, ReplayResumed)
         _emit(resumed, args.json,
               f"resumed {resumed.replay_id}: {resumed.remaining_actions} action(s) left")
         return 0
     cancelled = client.call("dispatcher", CancelReplay(replay_id=args.replay_id,
-                                                       operator=args.operator),
+                                                       operator=args.operator,
+                                                       os_user=os_user()),
                             timeout_s=timeout).body
     assert isinstance(cancelled, ReplayCancelled)
     _emit(cancelled, args.json, f"{cancelled.status} {cancelled.replay_id}"

@@ -1,20 +1,21 @@
-"""Who may use the console's API: a pure decision, applied to every /api/ call and the stream.
+"""Who may use the console: pure decisions, applied to every page, /api/ call and stream.
 
-- No token configured (the default): the console listens on loopback only, and only
-  loopback clients are served. The ``Host`` header must name loopback too, so that a web
-  page elsewhere whose name resolves to 127.0.0.1 (DNS rebinding) cannot read the API.
-- A token configured (``LEA_CONSOLE_TOKEN``, at least :data:`MIN_TOKEN_CHARS` characters):
-  every API call must carry it, from loopback too, since a reverse proxy on this host would
-  otherwise make every remote caller look local. It comes as ``Authorization: Bearer`` (for
-  scripts) or as the session cookie that ``POST /api/session`` sets once the page was given
-  the token (``EventSource`` cannot send headers). The cookie holds an HMAC of the token,
-  never the token itself.
+Two gates, one after the other:
+
+- The network (:func:`network_denied`). No token configured (the default): the console
+  listens on loopback only, and only loopback clients are served. The ``Host`` header must
+  name loopback too, so that a web page elsewhere whose name resolves to 127.0.0.1 (DNS
+  rebinding) cannot use it. With a token (``LEA_CONSOLE_TOKEN``, at least
+  :data:`MIN_TOKEN_CHARS` characters) the console may listen beyond loopback.
+- The person (:func:`person_denied`). Every request needs the session cookie of a signed-in
+  operator account (console/accounts.py), from loopback too; or, with a token configured, the
+  token as ``Authorization: Bearer``, which reads only (scripts, monitoring): it answers no
+  pause, since an answer must name a person.
 - Listening beyond loopback without a token is refused at start (:func:`config_problem`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from broker.config import Settings
 
 MIN_TOKEN_CHARS: Final = 16
 SESSION_COOKIE: Final = "lea_console_session"
+MAX_COOKIE_CHARS: Final = 128
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.", "ip6-localhost"})
 
 
@@ -57,24 +59,15 @@ def host_of(host_header: str | None) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
-def session_value(token: str) -> str:
-    """What the session cookie holds for ``token`` (an HMAC: the cookie never holds it)."""
-    return hmac.new(token.encode(), b"lea-console-session", hashlib.sha256).hexdigest()
-
-
 def token_matches(token: str, presented: str | None) -> bool:
     return presented is not None and hmac.compare_digest(token.encode(), presented.encode())
 
 
-def decide(token: str, client_host: str | None, host_header: str | None,
-           bearer: str | None, cookie: str | None) -> Denied | None:
-    """None when the request may go on, else why not (see the module docstring)."""
+def network_denied(token: str, client_host: str | None,
+                   host_header: str | None) -> Denied | None:
+    """None when the request may come from where it comes (see the module docstring)."""
     if token:
-        if token_matches(token, bearer) or token_matches(session_value(token), cookie):
-            return None
-        return Denied(401, "token_required",
-                      "this console needs its access token (Authorization: Bearer, or the "
-                      "session cookie set by POST /api/session)")
+        return None
     if not is_loopback(client_host):
         return Denied(403, "loopback_only",
                       "without LEA_CONSOLE_TOKEN on the server, only this machine may connect")
@@ -83,6 +76,15 @@ def decide(token: str, client_host: str | None, host_header: str | None,
                       f"Host {host_of(host_header)!r} is not this machine: open the console as "
                       "http://127.0.0.1:<port>/ (or configure LEA_CONSOLE_TOKEN)")
     return None
+
+
+def person_denied(session_state: str) -> Denied:
+    """Why a request without a valid session (nor the token) is refused."""
+    if session_state == "expired":
+        return Denied(401, "session_expired", "your session has expired: sign in again")
+    if session_state == "account_disabled":
+        return Denied(403, "account_disabled", "this account is disabled")
+    return Denied(401, "login_required", "sign in with an operator account first")
 
 
 def config_problem(settings: Settings) -> str | None:

@@ -1,68 +1,46 @@
 """The JSON API under ``/api/`` (described at ``/api/openapi.json``), used by the pages.
 
-Every route but ``POST /api/session`` passes :func:`require_access` (console/access.py).
-Errors are ``{"error": code, "message": ..., "detail": {...}}`` with a 4xx/5xx status; a
-refusal of the dispatcher keeps its code (``required_checks_missing`` also lists
+Every route passes :func:`console.auth.who` (a signed-in account, or the token to read);
+resume, pause and cancel need a role that may answer (console/accounts.py), and the
+dispatcher gets the account as ``operator`` with its role: the name is never taken from the
+body. Errors are ``{"error": code, "message": ..., "detail": {...}}`` with a 4xx/5xx status;
+a refusal of the dispatcher keeps its code (``required_checks_missing`` also lists
 ``missing`` at the top, as spec/01 §6.2 has it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from broker.client import CallFailed
-from console import access
+from console.auth import Admin, Answerer, Me, require_json, state_of, who
 from console.state import ApiProblem, ConsoleState, problem_of
 from console.views import ReplayDetail, ReplayRow, Timeline, timeline_entry
 from messages.audit import GetScreenshot, Screenshot
+from messages.base import Message
 from messages.replay import (
+    Ack,
     CancelReplay,
+    PauseReplay,
     ReplayCancelled,
     ReplayResumed,
     ResumeReplay,
+    Role,
 )
 
 REPLAY_ID = Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$",
                  description="A replay id, as `python run.py replay status` shows it")
 SHA256 = Path(pattern=r"^[0-9a-f]{64}$", description="The image's sha256, lowercase hex")
-Operator = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                            max_length=128)]
 SSE_RETRY_MS = 2000
-
-
-def state_of(request: Request) -> ConsoleState:
-    found: ConsoleState = request.app.state.console
-    return found
-
-
-def require_access(request: Request) -> None:
-    """Refuse the call unless console/access.py lets it through."""
-    settings = state_of(request).settings
-    auth = request.headers.get("authorization", "")
-    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-    denied = access.decide(settings.console_token,
-                           request.client.host if request.client else None,
-                           request.headers.get("host"), bearer,
-                           request.cookies.get(access.SESSION_COOKIE))
-    if denied is not None:
-        raise ApiProblem(denied.status, denied.code, denied.message)
-
-
-def require_json(request: Request) -> None:
-    """A change must come as JSON from this origin: a form or another site cannot send it
-    without the browser asking first (and nothing here answers CORS preflights)."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise ApiProblem(415, "unsupported_media_type",
-                         f"send a JSON body (Content-Type: application/json), not {kind!r}")
-    origin = request.headers.get("origin")
-    if origin and origin.split("://", 1)[-1].lower() != request.headers.get("host", "").lower():
-        raise ApiProblem(403, "cross_origin", f"requests from {origin} are not accepted")
+SESSION_CHECK_S = 5.0
+"""An open event stream looks at its session at least this often (and at every event)."""
 
 
 class _Body(BaseModel):
@@ -73,15 +51,15 @@ class ResumeBody(_Body):
     acknowledged_check_ids: list[Annotated[str, StringConstraints(max_length=200)]] = Field(
         default_factory=list, max_length=200,
         description="Every check ticked (every required one must be there)")
-    operator: Operator = Field(description="Who answers; recorded in the audit trail")
 
 
 class CancelBody(_Body):
-    operator: Operator
+    pass
 
 
-class SessionBody(_Body):
-    token: str = Field(max_length=512)
+class PauseBody(_Body):
+    message: str | None = Field(None, max_length=2000,
+                                description="Shown to the supervisor (default: who paused)")
 
 
 class Resumed(BaseModel):
@@ -93,6 +71,23 @@ class Resumed(BaseModel):
 class Cancelled(BaseModel):
     status: str = "cancelled"
     replay_id: str
+
+
+class Paused(BaseModel):
+    status: str = "paused"
+    replay_id: str
+    inflight_action_id: str | None = None
+
+
+class AccountRow(BaseModel):
+    name: str
+    role: Role
+    disabled: bool
+    created_at: float
+
+
+class AccountList(BaseModel):
+    accounts: list[AccountRow]
 
 
 class ReplayList(BaseModel):
@@ -108,30 +103,15 @@ class Health(BaseModel):
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "Bad input, or a resume refused (e.g. required_checks_missing)"},
-    401: {"description": "An access token is needed"},
-    403: {"description": "Not from this machine / not this origin"},
+    401: {"description": "Sign in first (login_required), or again (session_expired)"},
+    403: {"description": "Not from this machine / not this origin / role_forbidden"},
     404: {"description": "Unknown replay or image"},
     409: {"description": "Not paused / already finished"},
     504: {"description": "The actor did not answer in time"},
 }
 
-public = APIRouter(prefix="/api", tags=["session"])
-api = APIRouter(prefix="/api", dependencies=[Depends(require_access)], responses=ERRORS)
+api = APIRouter(prefix="/api", dependencies=[Depends(who)], responses=ERRORS)
 Console = Annotated[ConsoleState, Depends(state_of)]
-
-
-@public.post("/session", status_code=204, dependencies=[Depends(require_json)],
-             responses={401: {"description": "Wrong token"}})
-def open_session(body: SessionBody, console: Console, response: Response) -> None:
-    """Exchange the access token for a session cookie (the page's way in; EventSource cannot
-    send an Authorization header). Nothing to do when no token is configured."""
-    token = console.settings.console_token
-    if not token:
-        return
-    if not access.token_matches(token, body.token):
-        raise ApiProblem(401, "token_invalid", "wrong access token")
-    response.set_cookie(access.SESSION_COOKIE, access.session_value(token), max_age=12 * 3600,
-                        httponly=True, samesite="strict", path="/")
 
 
 @api.get("/health")
@@ -167,38 +147,62 @@ async def get_timeline(console: Console, replay_id: Annotated[str, REPLAY_ID],
                     last_seq=records[-1].seq if records else after_seq)
 
 
-@api.post("/replays/{replay_id}/resume", dependencies=[Depends(require_json)])
-async def resume(console: Console, replay_id: Annotated[str, REPLAY_ID],
-                 body: ResumeBody) -> Resumed:
-    """Continue a paused replay. Refused (and the pause kept) unless every required check
-    is acknowledged: 400 ``required_checks_missing`` with the ``missing`` ids."""
-    msg = ResumeReplay(replay_id=replay_id, operator=body.operator,
-                       acknowledged_check_ids=list(dict.fromkeys(body.acknowledged_check_ids)))
+R = TypeVar("R", bound=Message)
+
+
+async def _control(console: ConsoleState, msg: ResumeReplay | CancelReplay | PauseReplay,
+                   expected: type[R]) -> R:
+    """Send a control command to the dispatcher; its reply, or the refusal as an ApiProblem."""
     try:
         reply = await console.link.call("dispatcher", msg, timeout_s=5.0, retries=0)
     except CallFailed as exc:
         raise problem_of(exc, "dispatcher") from None
     finally:
-        console.live.mark(replay_id)
-    if not isinstance(reply, ReplayResumed):
+        console.live.mark(msg.replay_id)
+    if not isinstance(reply, expected):
         raise ApiProblem(502, "unexpected_reply", f"dispatcher answered {reply.type_name}")
+    return reply
+
+
+@api.post("/replays/{replay_id}/resume", dependencies=[Depends(require_json)])
+async def resume(console: Console, replay_id: Annotated[str, REPLAY_ID],
+                 body: ResumeBody, me: Answerer) -> Resumed:
+    """Continue a paused replay, in the name of the signed-in account. Refused (and the
+    pause kept) unless every required check is acknowledged: 400 ``required_checks_missing``
+    with the ``missing`` ids."""
+    reply = await _control(console, ResumeReplay(
+        replay_id=replay_id, operator=me.account, **me.by(),
+        acknowledged_check_ids=list(dict.fromkeys(body.acknowledged_check_ids))),
+        ReplayResumed)
     return Resumed(replay_id=reply.replay_id, remaining_actions=reply.remaining_actions)
 
 
 @api.post("/replays/{replay_id}/cancel", dependencies=[Depends(require_json)])
 async def cancel(console: Console, replay_id: Annotated[str, REPLAY_ID],
-                 body: CancelBody) -> Cancelled:
+                 _body: CancelBody, me: Answerer) -> Cancelled:
     """Stop a running or paused replay for good (its remaining steps are dropped)."""
-    try:
-        reply = await console.link.call("dispatcher", CancelReplay(
-            replay_id=replay_id, operator=body.operator), timeout_s=5.0, retries=0)
-    except CallFailed as exc:
-        raise problem_of(exc, "dispatcher") from None
-    finally:
-        console.live.mark(replay_id)
-    if not isinstance(reply, ReplayCancelled):
-        raise ApiProblem(502, "unexpected_reply", f"dispatcher answered {reply.type_name}")
+    reply = await _control(console, CancelReplay(
+        replay_id=replay_id, operator=me.account, **me.by()), ReplayCancelled)
     return Cancelled(status=reply.status, replay_id=reply.replay_id)
+
+
+@api.post("/replays/{replay_id}/pause", dependencies=[Depends(require_json)])
+async def pause(console: Console, replay_id: Annotated[str, REPLAY_ID], body: PauseBody,
+                me: Answerer) -> Paused:
+    """Pause a running replay before its next step (the step in flight finishes)."""
+    reply = await _control(console, PauseReplay(
+        replay_id=replay_id, operator=me.account, message=body.message, **me.by()), Ack)
+    inflight = reply.detail.get("inflight_action_id")
+    return Paused(replay_id=replay_id,
+                  inflight_action_id=inflight if isinstance(inflight, str) else None)
+
+
+@api.get("/accounts")
+def list_accounts(console: Console, _me: Admin) -> AccountList:
+    """The operator accounts (admin only; they are managed with ``run.py accounts``)."""
+    return AccountList(accounts=[
+        AccountRow(name=a.name, role=a.role, disabled=a.disabled, created_at=a.created_at)
+        for a in console.accounts.accounts()])
 
 
 @api.get("/screenshots/{sha256}", response_class=Response,
@@ -219,20 +223,36 @@ async def screenshot(console: Console, sha256: Annotated[str, SHA256]) -> Respon
 
 
 @api.get("/events", response_class=EventSourceResponse)
-async def events(console: Console) -> AsyncIterator[ServerSentEvent]:
+async def events(console: Console, me: Me) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events: ``snapshot`` (every row, first), then ``replay`` (a row changed),
-    ``event`` (a bus event of a replay), ``status`` (the dispatcher answers or not) and
-    ``resync`` (reload everything, then reconnect)."""
+    ``event`` (a bus event of a replay), ``status`` (the dispatcher answers or not),
+    ``resync`` (reload everything, then reconnect) and ``session_ended`` (the session
+    expired, was closed or its account disabled: the stream ends; sign in again)."""
     stream = console.hub.open()
     try:
         await console.first_refresh()
         yield ServerSentEvent(event="snapshot", retry=SSE_RETRY_MS, data={
             "replays": [r.model_dump(mode="json") for r in console.board.rows()],
             "dispatcher": console.live.dispatcher})
-        while (item := await stream.get()) is not None:
-            yield ServerSentEvent(event=item[0], data=item[1])
+        checked = time.monotonic()
+        while True:
+            try:
+                item = await asyncio.wait_for(stream.get(), SESSION_CHECK_S)
+            except TimeoutError:
+                item = ("", {})
+            if me.session and time.monotonic() - checked >= SESSION_CHECK_S:
+                checked = time.monotonic()
+                session = console.accounts.session(me.session, time.time())
+                if session.state != "valid":
+                    console.audit.wake()
+                    yield ServerSentEvent(event="session_ended", data={"state": session.state})
+                    return
+            if item is None:
+                return
+            if item[0]:
+                yield ServerSentEvent(event=item[0], data=item[1])
     finally:
         console.hub.close(stream)
 
 
-__all__ = ["api", "public"]
+__all__ = ["api"]

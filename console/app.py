@@ -16,7 +16,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from broker.config import Settings
-from console.api import api, public
+from console.api import api
+from console.auth import auth
 from console.bus_feed import BusFeed
 from console.pages import pages, templates
 from console.state import ApiProblem, ConsoleState
@@ -63,7 +64,7 @@ def _is_api(request: Request) -> bool:
 
 async def _problem(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiProblem)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _invalid(request: Request, exc: Exception) -> Response:
@@ -100,14 +101,17 @@ def create_app(settings: Settings) -> FastAPI:
         loop = asyncio.get_running_loop()
         feed = BusFeed(settings.bus_out_endpoint, loop, console.live.on_event)
         feed.start()
-        refresher = asyncio.create_task(console.live.run(), name="console-refresh")
+        tasks = [asyncio.create_task(console.live.run(), name="console-refresh"),
+                 asyncio.create_task(console.audit.run(), name="console-audit")]
         try:
             yield
         finally:
             console.hub.shutdown()
-            refresher.cancel()
-            await asyncio.gather(refresher, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await loop.run_in_executor(None, feed.stop)
+            console.close_local()
             await loop.run_in_executor(None, console.link.close)
 
     app = FastAPI(title="Léa supervisor console", version="1", lifespan=lifespan,
@@ -117,7 +121,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(ApiProblem, _problem)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http)
-    app.include_router(public)
+    app.include_router(auth)
     app.include_router(api)
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

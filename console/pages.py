@@ -1,7 +1,9 @@
 """The HTML pages: server-rendered with Jinja2, then kept live by /static/*.js through the API.
 
-A page that shows data passes the same access rule as the API: without the session, a
-console with a token shows its sign-in page instead.
+A page that shows data passes the same rule as the API (console/auth.py): without a session
+of an operator account it shows the sign-in page instead. The account and its role are in
+the page (``data-account``, ``data-role`` on ``<body>``) for the scripts to show; the API
+refuses by itself what the role may not do.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from broker.client import CallFailed
-from console.api import REPLAY_ID, require_access, state_of
+from console.accounts import may
+from console.api import REPLAY_ID
+from console.auth import Principal, state_of, who
 from console.state import ApiProblem, ConsoleState
 from console.views import Timeline, timeline_entry
 
@@ -41,25 +45,32 @@ def _render(request: Request, name: str, status: int = 200, **context: Any) -> H
     return templates.TemplateResponse(request, name, context, status_code=status)
 
 
-def _gate(request: Request) -> HTMLResponse | None:
-    """The sign-in or refusal page, if the API would refuse this browser."""
+ROLE_LABELS = {"viewer": "lecture seule", "operator": "opérateur", "admin": "administrateur"}
+
+
+def _who(me: Principal) -> dict[str, Any]:
+    return {"me": me, "role_label": ROLE_LABELS.get(me.role, me.role),
+            "may_answer": may(me.role, "answer")}
+
+
+async def _gate(request: Request) -> Principal | HTMLResponse:
+    """The person at this browser, or the page to show instead (sign-in, refusal)."""
     try:
-        require_access(request)
+        return await who(request)
     except ApiProblem as denied:
-        if denied.code == "token_required":
-            return _render(request, "signin.html", 401)
+        if denied.status == 401 or denied.code == "account_disabled":
+            return _render(request, "signin.html", 401, why=denied.code)
         return _render(request, "problem.html", denied.status, title="Accès refusé",
                        text=denied.message)
-    return None
 
 
 @pages.get("/", response_class=HTMLResponse)
 async def replay_list(request: Request, console: Console) -> HTMLResponse:
-    if (gate := _gate(request)) is not None:
-        return gate
+    if isinstance(me := await _gate(request), HTMLResponse):
+        return me
     await console.first_refresh()
     rows = console.board.rows()
-    return _render(request, "index.html", rows=rows,
+    return _render(request, "index.html", **_who(me), rows=rows,
                    waiting=sum(r.status == "paused_need_help" for r in rows),
                    dispatcher=console.live.dispatcher)
 
@@ -67,8 +78,8 @@ async def replay_list(request: Request, console: Console) -> HTMLResponse:
 @pages.get("/replays/{replay_id}", response_class=HTMLResponse)
 async def replay_page(request: Request, console: Console,
                       replay_id: Annotated[str, REPLAY_ID]) -> HTMLResponse:
-    if (gate := _gate(request)) is not None:
-        return gate
+    if isinstance(me := await _gate(request), HTMLResponse):
+        return me
     try:
         detail = await console.detail(replay_id)
     except ApiProblem as problem:
@@ -85,7 +96,7 @@ async def replay_page(request: Request, console: Console,
         trail_ok = True
     except CallFailed:
         timeline, trail_ok = Timeline(replay_id=replay_id, entries=[], last_seq=0), False
-    return _render(request, "replay.html", r=detail.replay, timeline=timeline,
+    return _render(request, "replay.html", **_who(me), r=detail.replay, timeline=timeline,
                    trail_ok=trail_ok)
 
 

@@ -10,6 +10,9 @@ from typing import Any
 
 from broker.client import CallFailed
 from broker.config import Settings
+from console.account_store import AccountStore
+from console.accounts import OncePer
+from console.audit_pump import AuditPump
 from console.board import Board
 from console.broker_link import BrokerLink
 from console.bus_feed import Hub
@@ -28,6 +31,7 @@ HTTP_STATUS: dict[str, int] = {
     "required_checks_missing": 400,
     "unknown_check_ids": 400,
     "timeout": 504,
+    "forbidden": 403,
 }
 
 
@@ -35,12 +39,14 @@ class ApiProblem(Exception):
     """An API error: its status, stable code, message and detail (the JSON body)."""
 
     def __init__(self, status: int, code: str, message: str,
-                 detail: dict[str, Any] | None = None) -> None:
+                 detail: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.detail = detail or {}
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {"error": self.code, "message": self.message,
@@ -65,12 +71,27 @@ class ConsoleState:
     hub: Hub
     live: Live
     trail: TrailCache
+    accounts: AccountStore
+    audit: AuditPump
+    limits: OncePer
 
     @classmethod
     def build(cls, settings: Settings) -> ConsoleState:
         link = BrokerLink(settings.mdp_endpoint)
         board, hub, trail = Board(), Hub(), TrailCache(link)
-        return cls(settings, link, board, hub, Live(link, board, hub, trail), trail)
+        accounts = AccountStore.in_dir(settings.data_dir)
+        return cls(settings, link, board, hub, Live(link, board, hub, trail), trail, accounts,
+                   AuditPump(settings.mdp_endpoint, accounts.path), OncePer())
+
+    def close_local(self) -> None:
+        """Close what belongs to the event loop's thread (its SQLite connections); then
+        ``link.close`` may run elsewhere (it waits for the calls under way)."""
+        self.audit.close()
+        self.accounts.close()
+
+    def close(self) -> None:
+        self.close_local()
+        self.link.close()
 
     async def first_refresh(self) -> None:
         """Wait (a little) for the first list from the dispatcher."""

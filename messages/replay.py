@@ -11,9 +11,26 @@ from messages.workflow import Workflow
 
 Mode = Literal["supervised", "autonomous"]
 ReplayStatusName = Literal["running", "paused_need_help", "completed", "failed", "cancelled"]
+Role = Literal["viewer", "operator", "admin"]
+"""An operator account's role in the console (console/accounts.py)."""
 
 
-class StartReplay(Message, type_name="replay.start"):
+class ByPerson(Message):
+    """Who sent a control command, beyond the ``operator`` name it gives: the console's
+    signed-in ``account`` and its ``role``, or the ``os_user`` that ran the command line.
+    The dispatcher records them beside ``operator`` in the audit trail."""
+
+    account: str | None = Field(None, max_length=128)
+    role: Role | None = None
+    os_user: str | None = Field(None, max_length=128)
+
+    def by(self) -> dict[str, str]:
+        """The fields that are set, for an audit record or an event."""
+        found = {"account": self.account, "role": self.role, "os_user": self.os_user}
+        return {k: v for k, v in found.items() if v is not None}
+
+
+class StartReplay(ByPerson, type_name="replay.start"):
     workflow: Workflow
     machine_id: str = Field(min_length=1, max_length=128)
     mode: Mode = "supervised"
@@ -71,7 +88,7 @@ class ReplayStatusReply(Message, type_name="replay.status_reply"):
     replays: list[ReplaySummary]
 
 
-class ResumeReplay(Message, type_name="replay.resume"):
+class ResumeReplay(ByPerson, type_name="replay.resume"):
     replay_id: str
     acknowledged_check_ids: list[str] = Field(default_factory=list)
     operator: str | None = Field(None, max_length=128)
@@ -84,7 +101,7 @@ class ReplayResumed(Message, type_name="replay.resumed"):
     remaining_actions: int
 
 
-class PauseReplay(Message, type_name="replay.pause"):
+class PauseReplay(ByPerson, type_name="replay.pause"):
     """An operator pause (D8): the action in flight finishes and its report is applied;
     nothing further is dispatched until a resume. Answered by :class:`Ack` ``paused``."""
 
@@ -93,7 +110,7 @@ class PauseReplay(Message, type_name="replay.pause"):
     message: str | None = Field(None, max_length=2000)
 
 
-class CancelReplay(Message, type_name="replay.cancel"):
+class CancelReplay(ByPerson, type_name="replay.cancel"):
     replay_id: str
     operator: str | None = Field(None, max_length=128)
 

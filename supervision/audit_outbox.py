@@ -11,7 +11,8 @@ an id names one record forever, even after a cut that rolled back the last rows.
 
 No actor reads this database (§8): it is the supervisor's own. The broker, a child that
 cannot wait for audit_log either, commits its refusals here too (source ``broker``,
-broker/refusal_audit.py); the supervisor sends them with its own.
+broker/refusal_audit.py); the supervisor sends them with its own. The console keeps the same
+outbox in its own database (console/account_store.py), beside its accounts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.durability import start_epoch
-from messages.audit import AuditRecordIn
+from messages.audit import MAX_REPLAY_ID, AuditRecordIn
 
 DB_NAME = "supervisor.sqlite3"
 _SCHEMA = """
@@ -33,6 +34,38 @@ CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, kind TEXT NOT NULL,
     at REAL NOT NULL, data TEXT NOT NULL);
 """
+
+
+def create(db: sqlite3.Connection) -> None:
+    """The outbox's tables in ``db`` (another owner may keep its own tables beside them and
+    commit a record in the same transaction as the change it records), and a new epoch of
+    its ids (outside any transaction: no id is reused after a cut, actors/durability.py)."""
+    db.executescript(_SCHEMA)
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
+    start_epoch(db, "outbox")
+
+
+def insert(db: sqlite3.Connection, source: str, kind: str, at: float,
+           data: dict[str, Any]) -> int:
+    """Add one record to the outbox of ``db`` (in the caller's transaction, if any); its row
+    id. ``data`` must be JSON (ValueError/TypeError)."""
+    text = json.dumps(data, sort_keys=True, allow_nan=False)
+    cursor = db.execute("INSERT INTO outbox (source, kind, at, data) VALUES (?, ?, ?, ?)",
+                        (source, kind, at, text))
+    row = cursor.lastrowid
+    assert row is not None
+    return row
+
+
+def _record(record_id: str, source: str, kind: str, at: float,
+            data: dict[str, Any]) -> AuditRecordIn:
+    """A row as a record; one whose data names a replay is filed under it (the console's
+    refusal of a viewer's resume is part of that replay's story)."""
+    replay_id = data.get("replay_id")
+    if not isinstance(replay_id, str) or not 1 <= len(replay_id) <= MAX_REPLAY_ID:
+        replay_id = None
+    return AuditRecordIn(record_id=record_id, source=source, kind=kind, replay_id=replay_id,
+                         at=at, data=data)
 
 
 class AuditOutbox:
@@ -45,12 +78,9 @@ class AuditOutbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)",
-                         (uuid.uuid4().hex,))
+        create(self._db)
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
-        start_epoch(self._db, "outbox")
 
     @classmethod
     def in_dir(cls, data_dir: str | Path) -> AuditOutbox:
@@ -61,21 +91,15 @@ class AuditOutbox:
 
     def add(self, source: str, kind: str, at: float, data: dict[str, Any]) -> int:
         """Commit one record; its row id. ``data`` must be JSON (ValueError/TypeError)."""
-        text = json.dumps(data, sort_keys=True, allow_nan=False)
-        cursor = self._db.execute("INSERT INTO outbox (source, kind, at, data) "
-                                  "VALUES (?, ?, ?, ?)", (source, kind, at, text))
-        row = cursor.lastrowid
-        assert row is not None
-        return row
+        return insert(self._db, source, kind, at, data)
 
     def pending(self, after: int, limit: int) -> list[tuple[int, AuditRecordIn]]:
         """Rows with an id above ``after``, oldest first, as audit records."""
         rows = self._db.execute(
             "SELECT id, source, kind, at, data FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
             (after, limit)).fetchall()
-        return [(row, AuditRecordIn(record_id=f"{source}:{self.store_id}:{row}",
-                                    source=source, kind=kind, at=at, data=json.loads(data)))
-                for row, source, kind, at, data in rows]
+        return [(row, _record(f"{source}:{self.store_id}:{row}", source, kind, at,
+                              json.loads(data))) for row, source, kind, at, data in rows]
 
     def remove(self, ids: Iterable[int]) -> None:
         """Forget rows audit_log has acknowledged (a crash before this only re-sends them,

@@ -106,7 +106,7 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
         owner = self._owner(r.session_id)
         waiting_for = owner.replay_id if owner is not None and owner is not r else None
         info = {**who(r), "workflow_id": workflow.workflow_id, "mode": msg.mode,
-                "total": r.total, "operator": msg.operator, "waiting_for": waiting_for,
+                "total": r.total, "operator": msg.operator, **msg.by(), "waiting_for": waiting_for,
                 "setup_steps": len(workflow.actions) - len(msg.workflow.actions)}
         tx.event(events.REPLAY_STARTED, **info)
         tx.audit("replay_started", **info)
@@ -151,7 +151,7 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
                 "named (operator)"), detail={"required": required}))
         tx = Tx(now)
         ids = list(dict.fromkeys(msg.acknowledged_check_ids))
-        r.checks_acknowledged = {"ids": ids, "operator": msg.operator, "at": now}
+        r.checks_acknowledged = {"ids": ids, "operator": msg.operator, **msg.by(), "at": now}
         resume_action_id = None
         if pause.failed_action is not None:
             base = rules.base_id(pause.failed_action.action_id)
@@ -174,7 +174,7 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
         r.bump("resumes")
         tx.touch(r)
         info = {**who(r), "reason": pause.reason, "acknowledged_check_ids": ids,
-                "operator": msg.operator, "resume_action_id": resume_action_id,
+                "operator": msg.operator, **msg.by(), "resume_action_id": resume_action_id,
                 "supersedes": r.supersedes.get(resume_action_id or "", [])}
         tx.event(events.REPLAY_RESUMED, **info)
         tx.audit("replay_resumed", **info)
@@ -207,7 +207,7 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
         self._purge(r, tx)
         r.status, r.pause = outcome, None
         tx.touch(r)
-        info = {**who(r), "operator": msg.operator, "purged_inflight": purged,
+        info = {**who(r), "operator": msg.operator, **msg.by(), "purged_inflight": purged,
                 "purged_queue": queued, "outcome": outcome, "pause_reason": pause_reason}
         tx.event(events.REPLAY_CANCELLED, **info)
         tx.audit("replay_cancelled", **info)

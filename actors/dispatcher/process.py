@@ -210,7 +210,7 @@ class DispatcherActor(Actor):
         """Operator pause (D8): from the next step; the action in flight is not cancelled."""
         text = rules.operator_pause_message(msg.operator, msg.message)
         return self.core.pause(msg.replay_id, rules.OPERATOR, text, time.time(),
-                               detail={"operator": msg.operator})
+                               detail={"operator": msg.operator, **msg.by()})
 
     def on_report(self, msg: ActionReport, req: Incoming) -> Message:
         # The authenticated sender if there is one (CURVE), else the body's machine_id.

@@ -1,39 +1,17 @@
-// Léa console: what every page shares (operator name, API calls, toasts, the live stream)
+// Léa console: what every page shares (who is signed in, API calls, toasts, the live stream)
 // and the replay list. Plain browser JavaScript, no build step, nothing loaded from elsewhere.
 "use strict";
 
 (() => {
-  const OPERATOR_KEY = "lea.operator";
   const $ = (selector, root = document) => root.querySelector(selector);
   let toastTimer = null;
-  let asking = null;   // the open "who supervises?" question, if any
-  let answered = null; // resolves it
 
   const Lea = {
     $,
 
-    operator() {
-      return (localStorage.getItem(OPERATOR_KEY) || "").trim();
-    },
-
-    showOperator() {
-      for (const el of document.querySelectorAll(".operator-name")) {
-        el.textContent = Lea.operator() || "—";
-      }
-    },
-
-    // Ask the person's name (once: it is kept in this browser); resolves with it. Asked
-    // again while the question is open, the same answer serves both.
-    askOperator() {
-      if (asking) return asking;
-      const dialog = $("#operator-dialog");
-      const input = $("#operator-input");
-      input.value = Lea.operator();
-      asking = new Promise((resolve) => { answered = resolve; });
-      dialog.showModal();
-      input.focus();
-      return asking;
-    },
+    // The signed-in account (the server renders it into <body>); the API decides anyway.
+    account() { return document.body.dataset.account || ""; },
+    mayAnswer() { return document.body.dataset.mayAnswer === "yes"; },
 
     // A call to the console's API: {ok, status, data}; never throws.
     async api(method, path, body) {
@@ -49,7 +27,7 @@
         return { ok: false, status: 0, data: { error: "network", message: String(error) } };
       }
       if (response.status === 401 && document.body.dataset.page !== "signin") {
-        location.reload(); // the sign-in page comes instead
+        location.reload(); // the sign-in page comes instead (session expired or closed)
       }
       let data = {};
       try { data = await response.json(); } catch (_) { /* an empty body */ }
@@ -108,13 +86,20 @@
       const open = () => {
         source = new EventSource("/api/events");
         source.onopen = () => state("live", "● En direct");
-        source.onerror = () => state("down", "○ Connexion perdue — nouvelle tentative…");
+        source.onerror = () => {
+          state("down", "○ Connexion perdue — nouvelle tentative…");
+          if (source.readyState !== EventSource.CLOSED) return; // the browser tries again
+          // Refused for good (a 401 once the session ended): Lea.api reloads to the
+          // sign-in page then; otherwise try again a little later.
+          Lea.api("GET", "/api/me").then((reply) => { if (reply.ok) setTimeout(open, 2000); });
+        };
         source.addEventListener("status", (event) => {
           const data = JSON.parse(event.data);
           const banner = $("#dispatcher-down");
           if (banner) banner.hidden = data.dispatcher !== "unreachable";
         });
         source.addEventListener("resync", () => { source.close(); setTimeout(open, 1000); });
+        source.addEventListener("session_ended", () => { source.close(); location.reload(); });
         for (const [name, handler] of Object.entries(handlers)) {
           source.addEventListener(name, (event) => handler(JSON.parse(event.data)));
         }
@@ -169,47 +154,43 @@
   function startSignin() {
     $("#signin-form").addEventListener("submit", async (event) => {
       event.preventDefault();
-      const reply = await Lea.api("POST", "/api/session", { token: $("#signin-token").value });
-      if (reply.ok) location.reload();
-      else Lea.toast("Code d'accès incorrect.");
-    });
-  }
-
-  function setUpOperatorDialog() {
-    const dialog = $("#operator-dialog");
-    const input = $("#operator-input");
-    $("#operator-form").addEventListener("submit", (event) => {
-      event.preventDefault();
-      const name = input.value.trim();
-      if (!name) { input.focus(); return; }
-      localStorage.setItem(OPERATOR_KEY, name);
-      dialog.close();
-      Lea.showOperator();
-      const resolve = answered;
-      asking = answered = null;
-      resolve(name);
-    });
-    dialog.addEventListener("cancel", (event) => {
-      if (!Lea.operator()) event.preventDefault(); // a name is needed, once
-    });
-    dialog.addEventListener("close", () => {
-      if (answered && Lea.operator()) { // closed with Escape: the name kept stands
-        const resolve = answered;
-        asking = answered = null;
-        resolve(Lea.operator());
+      const reply = await Lea.api("POST", "/api/login", {
+        account: $("#signin-account").value, password: $("#signin-password").value });
+      $("#signin-password").value = "";
+      if (reply.ok) { location.reload(); return; }
+      switch (reply.data.error) {
+        case "login_rate_limited": {
+          const minutes = Math.max(1, Math.ceil((reply.data.detail.retry_after_s || 60) / 60));
+          Lea.toast(`Trop d'essais manqués : réessayez dans ${minutes} min.`);
+          break;
+        }
+        case "account_disabled":
+          Lea.toast("Ce compte est désactivé. Adressez-vous à l'administrateur de Léa.");
+          break;
+        case "login_failed":
+          Lea.toast("Identifiant ou mot de passe incorrect.");
+          break;
+        default:
+          Lea.toast(`Connexion impossible (${reply.data.error || "erreur"}) : ${reply.data.message || ""}`);
       }
     });
   }
 
+  function setUpLogout() {
+    const button = $("#logout");
+    if (!button) return;
+    button.addEventListener("click", async () => {
+      await Lea.api("POST", "/api/logout", {});
+      location.reload();
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
-    setUpOperatorDialog();
-    Lea.showOperator();
     Lea.localizeTimes();
     const page = document.body.dataset.page;
     if (page === "signin") { startSignin(); return; }
     if (page === "problem") return;
-    $("#operator-change").addEventListener("click", () => Lea.askOperator());
-    if (!Lea.operator()) Lea.askOperator();
+    setUpLogout();
     if (page === "list") startList();
   });
 })();

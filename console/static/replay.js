@@ -29,8 +29,10 @@
   function updateContinue() {
     const missing = missingRequired();
     const button = $("#continue");
-    button.disabled = busy || missing.length > 0;
-    $("#cancel").disabled = busy;
+    const readOnly = !Lea.mayAnswer(); // a viewer: the server refuses anyway (role_forbidden)
+    button.disabled = readOnly || busy || missing.length > 0;
+    $("#cancel").disabled = readOnly || busy;
+    $("#pause-now").disabled = readOnly || busy;
     const hint = $("#pause-hint");
     if (!pause) return;
     if (missing.length === 1) {
@@ -118,6 +120,7 @@
     const reply = await Lea.api("GET", base);
     if (!reply.ok) return;
     Lea.fillReplay(head, reply.data.replay);
+    showTools(reply.data.replay.status);
     renderPause(reply.data.pause);
     if (reply.data.pause && reply.data.pause.detail_pending && detailTries < 20) {
       detailTries += 1;
@@ -142,6 +145,8 @@
         return "La liste des vérifications a changé : relisez-la, puis réessayez.";
       case "timeout":
         return "Le serveur n'a pas répondu à temps. Votre réponse n'a peut-être pas été prise en compte : regardez l'état du replay avant de réessayer.";
+      case "role_forbidden":
+        return "Votre compte ne permet pas de répondre aux replays (lecture seule). Rien n'a été fait.";
       case "network":
         return "Pas de connexion avec la console. Vérifiez le réseau, puis réessayez.";
       default:
@@ -150,10 +155,9 @@
   }
 
   async function answer(action, body, success) {
-    const operator = Lea.operator() || await Lea.askOperator();
     busy = true;
     updateContinue();
-    const reply = await Lea.api("POST", `${base}/${action}`, { ...body, operator });
+    const reply = await Lea.api("POST", `${base}/${action}`, body);
     busy = false;
     if (reply.ok) Lea.toast(success, "ok");
     else Lea.toast(refusal(reply.data), "error");
@@ -168,6 +172,14 @@
     if (!window.confirm("Arrêter définitivement ce replay ? Léa ne fera plus aucune de ses étapes sur le poste.")) return;
     answer("cancel", {}, "Le replay est arrêté.");
   });
+
+  $("#pause-now").addEventListener("click", () => {
+    answer("pause", {}, "C'est noté : Léa se met en pause avant l'étape suivante.");
+  });
+
+  function showTools(status) {
+    $("#running-tools").hidden = status !== "running";
+  }
 
   // The timeline ------------------------------------------------------------------------------
   function addEntry(entry) {
@@ -215,6 +227,8 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    updateContinue();
+    showTools(head.dataset.status);
     loadDetail();
     Lea.stream({
       snapshot(data) {

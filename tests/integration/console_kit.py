@@ -1,5 +1,6 @@
 """What the supervisor console's tests share: a tree whose console listens on a free port,
-Debian's chromium driven by Playwright, and screenshots kept under tests/artifacts/console/.
+operator accounts made with ``run.py accounts add`` and signed in (API or page), Debian's
+chromium driven by Playwright, and screenshots kept under tests/artifacts/console/.
 
 Playwright never downloads a browser here: it launches /usr/bin/chromium (scripts/test
 installs it) with a fresh profile per test.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, Spawn, free_port, wait_until
+from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
 from tests.integration.probes import cli
 from tests.integration.system import System
 
@@ -29,6 +31,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "console"
+PASSWORD = "a password for the tests"
 
 
 def console_system(spawn: Spawn, env: dict[str, str], tmp: Path,
@@ -38,12 +41,10 @@ def console_system(spawn: Spawn, env: dict[str, str], tmp: Path,
     port = free_port()
     system = System(spawn, env, tmp, {"LEA_CONSOLE_PORT": str(port), **extra_env})
     url = f"http://127.0.0.1:{port}"
-    token = extra_env.get("LEA_CONSOLE_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    def up() -> bool:
+    def up() -> bool:  # it answers (a sign-in is needed: 401 is an answer)
         try:
-            return httpx.get(f"{url}/api/health", headers=headers, timeout=2).status_code == 200
+            return httpx.get(f"{url}/api/health", timeout=2).status_code in (200, 401)
         except httpx.HTTPError:
             return False
 
@@ -76,13 +77,40 @@ def shoot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def sign_in_operator(page: Page, name: str) -> None:
-    """Answer the "who supervises?" question the console asks once per browser."""
-    dialog = page.locator("#operator-dialog")
-    dialog.wait_for(state="visible")
-    page.fill("#operator-input", name)
-    page.click("#operator-form button[type=submit]")
-    dialog.wait_for(state="hidden")
+def add_account(system: System, name: str, role: str, password: str = PASSWORD) -> None:
+    """``python run.py accounts add NAME --role ROLE``, the password on standard input."""
+    done = subprocess.run(python_argv("run.py", "accounts", "add", name, "--role", role),
+                          env=system.env, cwd=ROOT, input=f"{password}\n", text=True,
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def sign_in(page: Page, name: str, password: str = PASSWORD) -> None:
+    """Sign in on the console's sign-in page (the page the console shows without a
+    session); returns once the page shows the account."""
+    page.locator("#signin-form").wait_for(state="visible")
+    page.fill("#signin-account", name)
+    page.fill("#signin-password", password)
+    page.click("#signin-form button[type=submit]")
+    page.locator(f'body[data-account="{name}"]').wait_for(state="attached")
+
+
+@contextlib.contextmanager
+def signed_in(url: str, name: str, password: str = PASSWORD) -> Iterator[httpx.Client]:
+    """An HTTP client with the session of ``name`` (POST /api/login)."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        reply = client.post("/api/login", json={"account": name, "password": password})
+        assert reply.status_code == 200, reply.text
+        yield client
+
+
+def console_records(system: System, kind: str | None = None) -> list[dict[str, Any]]:
+    """The console's own audit records (sign-ins, refusals, accounts) of ``kind``, as
+    ``python run.py audit show --source console --json`` says; [] while there are none."""
+    shown = cli(system, "audit", "show", "--source", "console", "--json")
+    assert shown.returncode in (0, 1), shown.stderr
+    records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+    return [r for r in records if kind is None or r["kind"] == kind]
 
 
 def audit_records(system: System, replay_id: str, kind: str) -> list[dict[str, Any]]:

@@ -1,11 +1,14 @@
 """The supervisor console in a real headless Chromium, against the whole tree
 (``python run.py`` starts the console), a simulated agent and a stand-in Ollama server.
 
-A clinician's path: the list shows the replay live; the pause dialog shows the message, the
-screen and the checklist; Continue stays disabled until every required check is ticked; a
-forced resume with a check missing is refused with a toast and the pause is kept; the real
-resume completes the replay, and the audit trail holds the checks and the operator. A loop
-pause shows the loop detector's signal and evidence, with Continue / Cancel and no checklist.
+A clinician's path: she signs in with her operator account; the list shows the replay live;
+the pause dialog shows the message, the screen and the checklist; Continue stays disabled
+until every required check is ticked; a forced resume with a check missing is refused with a
+toast and the pause is kept; the real resume completes the replay, and the audit trail holds
+the checks under her account. A loop pause shows the loop detector's signal and evidence,
+with Continue / Cancel and no checklist. A viewer's forced resume is refused by the server
+and recorded; bad passwords are limited and recorded; an expired session brings the
+sign-in page back.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ import pytest
 
 from cli.ollama_stub import GOOD_CHECKS, OllamaStub
 from cli.workflow_cmd import load_workflow
-from tests.conftest import Spawn
+from messages.replay import CancelReplay
+from tests.conftest import Spawn, wait_until
 from tests.integration.console_kit import (
+    PASSWORD,
+    add_account,
     audit_records,
     chromium,
+    console_records,
     console_system,
     shoot,
-    sign_in_operator,
+    sign_in,
 )
 from tests.integration.probes import ready_agent
 from tests.integration.system import workflow
@@ -48,11 +55,14 @@ def test_a_checklist_pause_is_answered_in_the_browser(
     from playwright.sync_api import expect
 
     system, url = console_system(spawn, lea_env, tmp_path, OLLAMA_URL=stub.url)
+    add_account(system, "dr.martin", "operator")
     ready_agent(system, "M1")
     with chromium(tmp_path) as browser:
         page = browser.new_page()
         page.goto(url)
-        sign_in_operator(page, "Dr Martin")
+        shoot(page, "00-sign-in")
+        sign_in(page, "dr.martin")
+        expect(page.locator("header .operator-name")).to_have_text("dr.martin")
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
 
         # The list follows the replay live (the bus, through the stream).
@@ -66,7 +76,7 @@ def test_a_checklist_pause_is_answered_in_the_browser(
         shoot(page, "01-list-a-replay-waits")
 
         row.locator('[data-field="link"]').click()
-        expect(page.locator("#operator-dialog")).to_be_hidden()  # asked once only
+        expect(page.locator("#signin-form")).to_have_count(0)  # signed in once only
         pause = page.locator("#pause")
         expect(pause).to_be_visible()
         expect(page.locator("#pause-message")).to_have_text(
@@ -127,7 +137,7 @@ def test_a_checklist_pause_is_answered_in_the_browser(
         expect(head).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
         expect(pause).to_be_hidden()
         expect(page.locator('#timeline li[data-kind="replay_resumed"]')).to_contain_text(
-            "Repris par Dr Martin", timeout=WAIT_MS)
+            "Repris par dr.martin", timeout=WAIT_MS)
         expect(page.locator('#timeline li[data-kind="replay_completed"]')).to_have_count(
             1, timeout=WAIT_MS)
         shoot(page, "05-replay-completed-timeline")
@@ -139,8 +149,11 @@ def test_a_checklist_pause_is_answered_in_the_browser(
         shoot(page, "06-list-completed")
 
     (resumed,) = audit_records(system, replay_id, "replay_resumed")
-    assert resumed["data"]["operator"] == "Dr Martin"
+    assert {k: resumed["data"].get(k) for k in ("operator", "account", "role")} == {
+        "operator": "dr.martin", "account": "dr.martin", "role": "operator"}
     assert resumed["data"]["acknowledged_check_ids"] == ["chk_identity", "chk_note", "llm_1"]
+    (login,) = console_records(system, "login_succeeded")
+    assert login["data"]["account"] == "dr.martin"
 
 
 def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
@@ -148,6 +161,7 @@ def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
     from playwright.sync_api import expect
 
     system, url = console_system(spawn, lea_env, tmp_path)
+    add_account(system, "ide.dupont", "operator")
     # Clicks that change nothing on screen: the same click three times is action_repeat.
     ready_agent(system, "M2", scenario={"types": {"click": {"loop": True}}})
     same = {"type": "click", "target_spec": {"x_pct": 0.4, "y_pct": 0.4}}
@@ -157,7 +171,7 @@ def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
     with chromium(tmp_path) as browser:
         page = browser.new_page()
         page.goto(f"{url}/replays/{replay_id}")
-        sign_in_operator(page, "IDE Dupont")
+        sign_in(page, "ide.dupont")
         expect(page.locator("#pause")).to_be_visible()
         expect(page.locator("#pause-message")).to_contain_text("Léa semble bloquée")
         expect(page.locator("#pause-reason")).to_contain_text("tourner en rond")
@@ -189,7 +203,157 @@ def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
 
     assert system.status(replay_id).status == "failed"
     (cancelled,) = audit_records(system, replay_id, "replay_cancelled")
-    assert cancelled["data"]["operator"] == "IDE Dupont"
+    assert cancelled["data"]["operator"] == "ide.dupont"
+    assert cancelled["data"]["account"] == "ide.dupont"
     assert cancelled["data"]["outcome"] == "failed"
     (paused,) = audit_records(system, replay_id, "replay_paused")
     assert paused["data"]["detail"]["signal"] == "action_repeat"
+
+
+def test_a_viewer_sees_the_pause_but_cannot_answer_it(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path)
+    add_account(system, "obs.durand", "viewer")
+    ready_agent(system, "M3")
+    checked = {"type": "pause_for_human", "parameters": {
+        "message": "Contrôle", "safety_checks": [
+            {"id": "chk_a", "label": "Premier contrôle", "required": True}]}}
+    replay_id = system.start(workflow(checked, workflow_id="observed"), "M3")
+    system.wait_status(replay_id, PAUSED, timeout=30)
+
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(f"{url}/replays/{replay_id}")
+        sign_in(page, "obs.durand")
+        expect(page.locator("header .role-label")).to_have_text("lecture seule")
+        expect(page.locator("#pause")).to_be_visible()
+        expect(page.locator("#read-only")).to_be_visible()
+        page.locator('#check-list li[data-check-id="chk_a"] input').check()
+        expect(page.locator("#continue")).to_be_disabled()
+        expect(page.locator("#cancel")).to_be_disabled()
+        shoot(page, "09-viewer-read-only")
+
+        # Forced from the browser's devtools: the server refuses, nothing happens.
+        page.evaluate("document.querySelector('#continue').disabled = false")
+        page.locator("#continue").click()
+        expect(page.locator("#toast")).to_contain_text("lecture seule")
+        shoot(page, "10-viewer-forced-resume-refused")
+        forced = page.evaluate("""async (base) => {
+            const r = await fetch(base + "/cancel", {method: "POST", body: "{}",
+                headers: {"Content-Type": "application/json"}});
+            return [r.status, (await r.json()).error];
+        }""", f"/api/replays/{replay_id}")
+        assert forced == [403, "role_forbidden"]
+
+    assert system.status(replay_id).status == PAUSED
+    assert audit_records(system, replay_id, "replay_resumed") == []
+    assert audit_records(system, replay_id, "replay_cancelled") == []
+
+    def refusals() -> list[dict[str, object]]:
+        return audit_records(system, replay_id, "request_refused")
+
+    wait_until(lambda: len(refusals()) == 2, timeout=20, interval=0.2)
+    assert [(r["source"], r["data"]["account"], r["data"]["role"]) for r in refusals()] == [
+        ("console", "obs.durand", "viewer")] * 2
+
+
+def test_bad_passwords_are_limited_and_recorded(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path, LEA_CONSOLE_LOGIN_MAX_FAILURES="3")
+    add_account(system, "dr.martin", "operator")
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(url)
+        toast = page.locator("#toast")
+
+        def try_password(password: str) -> None:
+            """One sign-in, once the previous answer was shown (its toast is cleared)."""
+            page.evaluate("document.querySelector('#toast').textContent = ''")
+            page.fill("#signin-account", "dr.martin")
+            page.fill("#signin-password", password)
+            page.click("#signin-form button[type=submit]")
+
+        for attempt in range(3):
+            try_password(f"not my password {attempt}")
+            expect(toast).to_have_text("Identifiant ou mot de passe incorrect.",
+                                       timeout=WAIT_MS)
+        # The right password now waits too: the limit is reached before it is looked at.
+        try_password(PASSWORD)
+        expect(toast).to_contain_text("Trop d'essais manqués", timeout=WAIT_MS)
+        expect(page.locator("#signin-form")).to_be_visible()
+        shoot(page, "11-sign-in-rate-limited")
+
+    wait_until(lambda: console_records(system, "login_rate_limited"), timeout=20,
+               interval=0.2)
+    failed = console_records(system, "login_failed")
+    assert [(r["data"]["account"], r["data"]["reason"]) for r in failed] == [
+        ("dr.martin", "bad_password")] * 3
+    assert [r["data"]["failures_in_window"] for r in failed] == [1, 2, 3]
+    (limited,) = console_records(system, "login_rate_limited")
+    assert (limited["data"]["account"], limited["data"]["limit"]) == ("dr.martin", "account")
+    assert console_records(system, "login_succeeded") == []
+
+
+def test_an_expired_session_is_refused_and_the_sign_in_comes_back(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path,
+                                 LEA_CONSOLE_SESSION_LIFETIME_S="4")
+    add_account(system, "ide.dupont", "operator")
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(url)
+        sign_in(page, "ide.dupont")
+
+        def refused() -> bool:
+            reply = page.request.get(f"{url}/api/replays")
+            return reply.status == 401 and reply.json()["error"] == "session_expired"
+
+        wait_until(refused, timeout=30, interval=0.5)
+        # The open page follows: its stream ends, and the sign-in page says why.
+        expect(page.locator("#signin-why")).to_have_attribute("data-why", "session_expired",
+                                                              timeout=WAIT_MS)
+        shoot(page, "12-session-expired")
+
+    wait_until(lambda: console_records(system, "session_expired"), timeout=20, interval=0.2)
+    (expired,) = console_records(system, "session_expired")
+    (login,) = console_records(system, "login_succeeded")
+    assert expired["data"]["account"] == "ide.dupont"
+    assert expired["data"]["session"] == login["data"]["session"]
+
+
+def test_an_operator_pauses_a_running_replay_from_its_page(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    system, url = console_system(spawn, lea_env, tmp_path)
+    add_account(system, "ide.dupont", "operator")
+    ready_agent(system, "M4")
+    # Long enough for a person to click while it runs; the pause comes after the step in
+    # flight (D8).
+    step = {"type": "wait", "parameters": {"duration_ms": 10_000}}
+    replay_id = system.start(workflow(step, step, step, step, workflow_id="long"), "M4")
+    with chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.goto(f"{url}/replays/{replay_id}")
+        sign_in(page, "ide.dupont")
+        pause_now = page.locator("#pause-now")
+        expect(pause_now).to_be_visible(timeout=WAIT_MS)
+        expect(pause_now).to_be_enabled()
+        pause_now.click()
+        expect(page.locator("#toast")).to_contain_text("se met en pause")
+        expect(page.locator("#replay-head")).to_have_attribute("data-status", PAUSED,
+                                                               timeout=30_000)
+        expect(page.locator("#pause")).to_be_visible()
+        expect(pause_now).to_be_hidden()
+        shoot(page, "13-operator-paused")
+    (paused,) = audit_records(system, replay_id, "replay_paused")
+    assert paused["data"]["reason"] == "operator"
+    assert (paused["data"]["detail"]["account"], paused["data"]["detail"]["role"]) == (
+        "ide.dupont", "operator")
+    system.call("dispatcher", CancelReplay(replay_id=replay_id, operator="test"))

@@ -1,5 +1,5 @@
-"""The console's pure parts: who may call it, what a pause dialog shows from the dispatcher's
-summary and the audit trail, the live list, and the stream fan-out."""
+"""The console's pure parts: from where it may be called, what a pause dialog shows from the
+dispatcher's summary and the audit trail, the live list, and the stream fan-out."""
 
 from __future__ import annotations
 
@@ -51,20 +51,23 @@ def record(seq: int, kind: str, data: dict[str, Any] | None = None,
 ])
 def test_without_a_token_only_loopback_by_a_loopback_name(client: str | None, host: str | None,
                                                            code: str | None) -> None:
-    denied = access.decide("", client, host, None, None)
+    denied = access.network_denied("", client, host)
     assert (denied.code if denied else None) == code
 
 
-def test_with_a_token_everyone_needs_it_the_cookie_holds_an_hmac() -> None:
-    session = access.session_value(TOKEN)
-    assert session != TOKEN and TOKEN not in session
+def test_with_a_token_any_address_may_come_then_a_person_or_the_token_is_needed() -> None:
     for client in ("127.0.0.1", "192.0.2.7"):
         for host in ("127.0.0.1:8765", "console.hospital.example"):
-            denied = access.decide(TOKEN, client, host, None, None)
-            assert denied is not None and (denied.status, denied.code) == (401, "token_required")
-            assert access.decide(TOKEN, client, host, TOKEN, None) is None
-            assert access.decide(TOKEN, client, host, None, session) is None
-            assert access.decide(TOKEN, client, host, TOKEN[:-1], TOKEN) is not None
+            assert access.network_denied(TOKEN, client, host) is None
+    assert access.token_matches(TOKEN, TOKEN)
+    assert not access.token_matches(TOKEN, TOKEN[:-1])
+    assert not access.token_matches(TOKEN, None)
+    for state, status, code in (("unknown", 401, "login_required"),
+                                ("ended", 401, "login_required"),
+                                ("expired", 401, "session_expired"),
+                                ("account_disabled", 403, "account_disabled")):
+        denied = access.person_denied(state)
+        assert (denied.status, denied.code) == (status, code)
 
 
 @pytest.mark.parametrize(("fields", "problem"), [

@@ -1,0 +1,238 @@
+"""Who is at the console: sign-in, sign-out, and the dependencies every route uses.
+
+- ``POST /api/login {account, password}`` opens a server-side session: an HTTP-only,
+  SameSite=Strict cookie holding a random value (the database keeps only its hash), valid
+  for ``console_session_lifetime_s`` and until the browser closes. Failures are counted
+  per account and per client address (console/accounts.py), each attempt before its password
+  is checked, and refused with 429 past the limit. Every sign-in, failure, limit reached,
+  sign-out and expiry is an audit record (source ``console``).
+- :func:`who` is the person (or script) behind a request, :func:`answerer` one allowed to
+  answer a replay: a viewer's resume, pause or cancel is refused here (403
+  ``role_forbidden``, recorded), whatever the page shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from console import access
+from console.account_store import session_hash
+from console.accounts import (
+    Act,
+    hash_password,
+    may,
+    needs_rehash,
+    password_matches,
+    wait_before_login,
+)
+from console.state import ApiProblem, ConsoleState
+from messages.replay import Role
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who makes a request: a signed-in ``account`` (with its session), or the token."""
+
+    role: Role
+    via: Literal["session", "token"]
+    account: str | None = None
+    session: str = ""
+    """The session's hash (the trail shows its first characters)."""
+
+    def by(self) -> dict[str, str]:
+        """What a control command carries about its sender (messages.replay.ByPerson)."""
+        return {"account": self.account, "role": self.role} if self.account else {}
+
+
+def state_of(request: Request) -> ConsoleState:
+    found: ConsoleState = request.app.state.console
+    return found
+
+
+def client_of(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def require_json(request: Request) -> None:
+    """A change must come as JSON from this origin: a form or another site cannot send it
+    without the browser asking first (and nothing here answers CORS preflights)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise ApiProblem(415, "unsupported_media_type",
+                         f"send a JSON body (Content-Type: application/json), not {kind!r}")
+    origin = request.headers.get("origin")
+    if origin and origin.split("://", 1)[-1].lower() != request.headers.get("host", "").lower():
+        raise ApiProblem(403, "cross_origin", f"requests from {origin} are not accepted")
+
+
+def _raise(denied: access.Denied) -> None:
+    raise ApiProblem(denied.status, denied.code, denied.message)
+
+
+async def who(request: Request) -> Principal:
+    """The person behind the request (console/access.py's two gates), or an ApiProblem."""
+    console = state_of(request)
+    token = console.settings.console_token
+    denied = access.network_denied(token, client_of(request), request.headers.get("host"))
+    if denied is not None:
+        _raise(denied)
+    auth = request.headers.get("authorization", "")
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+    if token and access.token_matches(token, bearer):
+        return Principal(role="viewer", via="token")
+    cookie = request.cookies.get(access.SESSION_COOKIE)
+    state = "unknown"
+    if cookie and len(cookie) <= access.MAX_COOKIE_CHARS:
+        session = console.accounts.session(session_hash(cookie), time.time())
+        if session.state == "valid" and session.account is not None:
+            return Principal(role=session.account.role, via="session",
+                             account=session.account.name, session=session.id_hash)
+        state = session.state
+        if state == "expired":
+            console.audit.wake()
+    _raise(access.person_denied(state))
+    raise AssertionError("unreachable")
+
+
+def needs(act: Act) -> object:
+    """A dependency: :func:`who`, refused 403 ``role_forbidden`` (and recorded) unless its
+    role may ``act``."""
+
+    async def allowed(request: Request, me: Annotated[Principal, Depends(who)]) -> Principal:
+        if may(me.role, act):
+            return me
+        console = state_of(request)
+        replay_id = request.path_params.get("replay_id")
+        console.accounts.record("request_refused", time.time(), {
+            "account": me.account, "role": me.role, "via": me.via, "act": act,
+            "path": request.url.path, "client": client_of(request),
+            **({"replay_id": replay_id} if replay_id else {})})
+        console.audit.wake()
+        what = "answer a replay" if act == "answer" else "see the accounts"
+        whom = f"the account {me.account!r} ({me.role})" if me.account else "the access token"
+        raise ApiProblem(403, "role_forbidden", f"{whom} may not {what}",
+                         {"role": me.role, "needs": act})
+
+    return Depends(allowed)
+
+
+Me = Annotated[Principal, Depends(who)]
+Answerer = Annotated[Principal, needs("answer")]
+Admin = Annotated[Principal, needs("administer")]
+
+
+class LoginBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    account: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class Identity(BaseModel):
+    account: str | None
+    role: Role
+    via: Literal["session", "token"]
+    expires_at: float | None = None
+
+
+auth = APIRouter(prefix="/api", tags=["session"])
+
+
+@auth.post("/login", dependencies=[Depends(require_json)], responses={
+    401: {"description": "Wrong account name or password (login_failed)"},
+    403: {"description": "The account is disabled, or not from this machine"},
+    429: {"description": "Too many failed sign-ins: wait (Retry-After)"}})
+async def login(body: LoginBody, request: Request, response: Response) -> Identity:
+    """Sign in with an operator account; sets the session cookie."""
+    console = state_of(request)
+    settings = console.settings
+    denied = access.network_denied(settings.console_token, client_of(request),
+                                   request.headers.get("host"))
+    if denied is not None:
+        _raise(denied)
+    name, client, now = body.account.strip().lower(), client_of(request), time.time()
+    scopes = [f"account:{name}", f"address:{client}"]
+    since = now - settings.console_login_window_s
+    failures = [console.accounts.failures(scope, since) for scope in scopes]
+    wait = wait_before_login(
+        failures[0], failures[1], now, settings.console_login_window_s,
+        settings.console_login_max_failures, settings.console_login_max_failures_per_address)
+    account = console.accounts.get(name)
+    if wait is not None:
+        scope, seconds = wait
+        key = scopes[0] if scope == "account" else scopes[1]
+        if console.limits.first(key, now, settings.console_login_window_s):
+            console.accounts.record("login_rate_limited", now, {
+                "limit": scope, "client": client, "retry_after_s": round(seconds),
+                **({"account": name} if account else {"account_known": False})})
+            console.audit.wake()
+        whose = "of this account" if scope == "account" else "from this address"
+        raise ApiProblem(429, "login_rate_limited", f"too many failed sign-ins {whose}: try "
+                         f"again in {round(seconds)} s", {"retry_after_s": round(seconds),
+                                                          "limit": scope},
+                         {"Retry-After": str(round(seconds))})
+    # Counted before the (slow) check, in the same turn of the loop as the limit: attempts
+    # sent together are refused past the limit, not all checked at once.
+    attempt = console.accounts.attempt(scopes, now, settings.console_login_window_s)
+    loop = asyncio.get_running_loop()
+    ok = await loop.run_in_executor(None, password_matches,
+                                    account.password_hash if account else None, body.password)
+    if not ok or account is None:
+        # An unknown name is not written to the trail: it is often a password typed in
+        # the wrong field, and the trail keeps everything for good.
+        console.accounts.record("login_failed", now, {
+            "client": client, "reason": "bad_password" if account else "unknown_account",
+            **({"account": name} if account else {"account_known": False}),
+            "failures_in_window": failures[0].count + 1})
+        console.audit.wake()
+        raise ApiProblem(401, "login_failed", "wrong account name or password")
+    if account.disabled:
+        console.accounts.record("login_refused", now, {
+            "account": name, "client": client, "reason": "account_disabled"})
+        console.audit.wake()
+        raise ApiProblem(403, "account_disabled", "this account is disabled")
+    if needs_rehash(account.password_hash):
+        console.accounts.rehash(name, await loop.run_in_executor(
+            None, hash_password, body.password), now)
+    value = secrets.token_urlsafe(32)
+    expires_at = now + settings.console_session_lifetime_s
+    console.accounts.open_session(session_hash(value), account, client, now, expires_at,
+                                  scopes[0], attempt)
+    console.audit.wake()
+    # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
+    # server's expiry is the one that counts (it can then say "expired", not "who are you").
+    response.set_cookie(access.SESSION_COOKIE, value, httponly=True, samesite="strict",
+                        path="/", secure=request.url.scheme == "https")
+    return Identity(account=account.name, role=account.role, via="session",
+                    expires_at=expires_at)
+
+
+@auth.post("/logout", status_code=204, dependencies=[Depends(require_json)])
+async def logout(request: Request, response: Response) -> None:
+    """Sign out: the session ends on the server, and the cookie is removed."""
+    console = state_of(request)
+    cookie = request.cookies.get(access.SESSION_COOKIE)
+    if cookie and len(cookie) <= access.MAX_COOKIE_CHARS and console.accounts.end_session(
+            session_hash(cookie), time.time()):
+        console.audit.wake()
+    response.delete_cookie(access.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+
+
+@auth.get("/me")
+async def me(request: Request, principal: Me) -> Identity:
+    """Who this session is."""
+    expires = None
+    if principal.session:
+        found = state_of(request).accounts.session(principal.session, time.time())
+        expires = found.expires_at
+    return Identity(account=principal.account, role=principal.role, via=principal.via,
+                    expires_at=expires)
+
+
+__all__ = ["Admin", "Answerer", "Me", "Principal", "auth", "require_json", "who"]

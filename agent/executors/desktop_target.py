@@ -26,7 +26,15 @@ from dataclasses import dataclass, replace
 from PIL import Image
 
 from agent.anchor import AnchorError, decode_anchor, find_anchor
-from agent.grounding.text import DEFAULT_MARGIN, DEFAULT_MIN_SCORE, Word, candidates, decide
+from agent.grounding.text import (
+    DEFAULT_MARGIN,
+    DEFAULT_MIN_SCORE,
+    Word,
+    candidates,
+    decide,
+    look_again_box,
+    twin_seen_again,
+)
 from agent.screen.capture import Rect
 from messages.monitor import Monitor, MonitorResolution
 from messages.workflow import TargetSpec
@@ -194,8 +202,9 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
         recorded = (x - origin[0], y - origin[1])
     found = candidates(words, label)
     decision = decide(found, label, text.min_score, text.margin, recorded)
-    if decision.error == "ambiguous_target" and spec.anchor_image_base64:
-        # The anchor is matched only when the text alone cannot decide (it costs time).
+    if decision.error != "target_not_found" and spec.anchor_image_base64:
+        # The anchor breaks ties, and must agree with the text: a twin the OCR misread is
+        # not a candidate, but the anchor may still find it (docs/grounding.md).
         try:
             match = find_anchor(image, decode_anchor(spec.anchor_image_base64), scales,
                                 anchor_min_score)
@@ -204,6 +213,19 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
         if match.found:
             decision = decide(found, label, text.min_score, text.margin, recorded,
                               (match.left, match.top, match.w, match.h))
+    if decision.chosen is not None:
+        again = look_again_box(decision.chosen, recorded, image.size)
+        if again is not None:
+            try:
+                near = [replace(w, box=(w.box[0] + again[0], w.box[1] + again[1],
+                                        w.box[2], w.box[3]))
+                        for w in text.read(image.crop((again[0], again[1], again[0] + again[2],
+                                                       again[1] + again[3])))]
+            except Exception as exc:
+                return Resolved(None, None, OCR, None, ms(), "target_not_found",
+                                f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
+            decision = twin_seen_again(decision.chosen, candidates(near, label), label,
+                                       text.min_score) or decision
     best = decision.chosen or (decision.candidates[0] if decision.candidates else None)
     score = None if best is None else best.score
     if decision.chosen is None:
@@ -212,7 +234,6 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
     cx, cy = decision.chosen.centre
     detail = f"read {decision.chosen.text!r}"
     if decision.tie_broken_by:
-        detail += f"; {len(decision.candidates)} places read alike, the " \
-                  f"{decision.tie_broken_by} chose"
+        detail += f"; the {decision.tie_broken_by} chose among the places read alike"
     return Resolved(origin[0] + round(cx), origin[1] + round(cy), OCR, score, ms(),
                     detail=detail, box=(origin[0] + left, origin[1] + top, w, h))

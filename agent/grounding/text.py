@@ -8,18 +8,18 @@ Pure: words in, a decision out (docs/grounding.md explains the rules and their f
 2. Words are grouped into *phrases*: the words of one OCR line, cut where the gap between
    two words is wider than a space can be (two buttons side by side are two phrases).
 3. Each phrase gives at most one candidate: its span of words most similar to the label.
-   The score is the similarity (0..1) times the part of the phrase that span covers, so
-   "Enregistrer" inside "Enregistrer sous" scores about 0.7, not 1: a label is matched as
-   a whole control's text, never as a piece of another's.
+   The score is the similarity (0..1, by edit distance) times the part of the phrase that
+   span covers, so "Enregistrer" inside "Enregistrer sous" scores about 0.7, not 1: a
+   label is matched as a whole control's text, never as a piece of another's.
 4. The best candidate at or above ``min_score`` is acted on only if no rival comes close
    (within ``margin`` of it). Rivals are told apart by the anchor image (the candidate
-   under the anchor's match) or else by the recorded position: the candidate clearly
-   nearer to it (at most ``TIE_RATIO`` times the distance of the next), and only if the
-   rivals are far apart (``TWIN_GAP`` text heights): two "OK" a row apart swap places
-   when a form is rearranged, and the one now at the recorded place may be the other.
-   Nothing breaks the tie: ``ambiguous_target``; nothing good enough:
-   ``target_not_found``. Either way the caller does not act, and the reason lists what
-   was seen.
+   under the anchor's match) or else by the recorded position, but only if one of them
+   is still at it (within ``NEAR`` text heights) and every other is far from it
+   (``TWIN_GAP`` text heights): once a form is rearranged, the twin now nearest the
+   recorded place may be the other one. An anchor that matches elsewhere than the chosen
+   text is a disagreement, not a tie-break. Nothing breaks the tie:
+   ``ambiguous_target``; nothing good enough: ``target_not_found``. Either way the caller
+   does not act, and the reason lists what was seen.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import math
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
+
+from rapidfuzz.distance import Levenshtein
 
 Box = tuple[int, int, int, int]
 """``(left, top, width, height)`` in the searched image's pixels."""
@@ -37,11 +38,12 @@ Box = tuple[int, int, int, int]
 DEFAULT_MIN_SCORE = 0.8
 DEFAULT_MARGIN = 0.15
 """A rival within this of the best score makes the best one uncertain."""
-TIE_RATIO = 2.0
-"""A recorded position breaks a tie only if the nearest candidate is this many times
-nearer than the next."""
+NEAR = 2.0
 TWIN_GAP = 8.0
-"""Rivals nearer each other than this many text heights are not told apart by position."""
+"""A recorded position breaks a tie if one candidate is within ``NEAR`` text heights of it
+and every other beyond ``TWIN_GAP``."""
+LOOK_AGAIN = (20, 5)
+"""Half the size, in text heights, of what is read again around the recorded position."""
 PHRASE_GAP = 0.9
 """Two words of one line farther apart than this many text heights are two phrases."""
 MAX_EXTRA_WORDS = 2
@@ -139,9 +141,9 @@ def _union(words: Sequence[Word]) -> Box:
 
 
 def _similarity(a: str, b: str) -> float:
-    if a == b:
-        return 1.0
-    return SequenceMatcher(None, a, b, autojunk=False).ratio()
+    """1 - edit distance / the longer length: every extra, missing or wrong character
+    counts (a looser ratio let "Enregistrer" match "Enregistrer sous" at 0.85)."""
+    return float(Levenshtein.normalized_similarity(a, b))
 
 
 def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
@@ -190,23 +192,27 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
                                + seen(ranked))
     best = ranked[0]
     contenders = [c for c in ranked if c.score >= best.score - margin]
-    if len(contenders) == 1:
-        return Decision(best, ranked)
-    pick: Candidate | None = None
-    how = None
+    under: list[Candidate] = []
     if anchor is not None:
         centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
-        under = [c for c in contenders
-                 if _contains(c.box, centre, pad=max(anchor[2], anchor[3]) / 4)]
-        if len(under) == 1:
-            pick, how = under[0], "anchor"
-    if pick is None and recorded is not None:
+        pad = max(anchor[2], anchor[3]) / 4
+        under = [c for c in contenders if _contains(c.box, centre, pad)]
+        if not under:
+            return Decision(None, ranked, error="ambiguous_target",
+                            detail=f"the anchor image is at ({anchor[0]},{anchor[1]},"
+                                   f"{anchor[2]}x{anchor[3]}), on none of the places that "
+                                   f"read like {label!r}: " + seen(contenders))
+    if len(contenders) == 1:
+        return Decision(best, ranked, tie_broken_by="anchor" if under else None)
+    pick: Candidate | None = None
+    how = None
+    if len(under) == 1:
+        pick, how = under[0], "anchor"
+    elif recorded is not None:
         by_distance = sorted(contenders, key=lambda c: math.dist(c.centre, recorded))
         nearest, second = (math.dist(c.centre, recorded) for c in by_distance[:2])
         height = max(c.box[3] for c in contenders)
-        apart = min(math.dist(a.centre, b.centre)
-                    for a, b in itertools.combinations(contenders, 2))
-        if nearest * TIE_RATIO < second and apart >= TWIN_GAP * height:
+        if nearest <= NEAR * height and second >= TWIN_GAP * height:
             pick, how = by_distance[0], "position"
     if pick is None or pick.score < min_score:
         why = "" if pick is None else f" ({how} points at {pick.describe()}, too unlike it)"
@@ -215,6 +221,40 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
                                f"an anchor nor the recorded position tells them apart{why}: "
                                + seen(contenders))
     return Decision(pick, ranked, tie_broken_by=how)
+
+
+def look_again_box(chosen: Candidate, recorded: tuple[float, float] | None,
+                   size: tuple[int, int]) -> Box | None:
+    """Where to read again before acting on ``chosen`` away from the recorded position: the
+    OCR may have misread a twin still standing there (docs/grounding.md). None: ``chosen``
+    is at the recorded position, or there is none."""
+    if recorded is None:
+        return None
+    h = chosen.box[3]
+    if math.dist(chosen.centre, recorded) <= NEAR * h:
+        return None
+    half_w, half_h = max(LOOK_AGAIN[0] * h, 120), max(LOOK_AGAIN[1] * h, 30)
+    left, top = max(0, int(recorded[0] - half_w)), max(0, int(recorded[1] - half_h))
+    right = min(size[0], int(recorded[0] + half_w))
+    bottom = min(size[1], int(recorded[1] + half_h))
+    if right - left < 8 or bottom - top < 8:
+        return None
+    return left, top, right - left, bottom - top
+
+
+def twin_seen_again(chosen: Candidate, again: Sequence[Candidate], label: str,
+                    min_score: float) -> Decision | None:
+    """``ambiguous_target`` if the second reading found the label somewhere ``chosen`` is
+    not (``again`` in the same pixels as ``chosen``), else None."""
+    pad = chosen.box[3] / 2
+    twins = [c for c in again if c.score >= min_score
+             and not _contains(chosen.box, c.centre, pad)]
+    if not twins:
+        return None
+    return Decision(None, (chosen, *twins), error="ambiguous_target",
+                    detail=f"{label!r} was read at {chosen.describe()}, away from the "
+                           f"recorded position, and also near that position: "
+                           + seen(twins))
 
 
 def seen(found: Sequence[Candidate]) -> str:

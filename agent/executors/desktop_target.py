@@ -32,7 +32,7 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
-    look_again_box,
+    look_again_boxes,
     twin_seen_again,
 )
 from agent.screen.capture import Rect
@@ -214,18 +214,17 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
             decision = decide(found, label, text.min_score, text.margin, recorded,
                               (match.left, match.top, match.w, match.h))
     if decision.chosen is not None:
-        again = look_again_box(decision.chosen, recorded, image.size)
-        if again is not None:
+        for box, scale in look_again_boxes(decision.chosen, recorded, image.size):
             try:
-                near = [replace(w, box=(w.box[0] + again[0], w.box[1] + again[1],
-                                        w.box[2], w.box[3]))
-                        for w in text.read(image.crop((again[0], again[1], again[0] + again[2],
-                                                       again[1] + again[3])))]
+                near = _read_part(text.read, image, box, scale)
             except Exception as exc:
                 return Resolved(None, None, OCR, None, ms(), "target_not_found",
                                 f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
-            decision = twin_seen_again(decision.chosen, candidates(near, label), label,
-                                       text.min_score) or decision
+            twin = twin_seen_again(decision.chosen, candidates(near, label), label,
+                                   text.min_score)
+            if twin is not None:
+                decision = twin
+                break
     best = decision.chosen or (decision.candidates[0] if decision.candidates else None)
     score = None if best is None else best.score
     if decision.chosen is None:
@@ -237,3 +236,15 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
         detail += f"; the {decision.tie_broken_by} chose among the places read alike"
     return Resolved(origin[0] + round(cx), origin[1] + round(cy), OCR, score, ms(),
                     detail=detail, box=(origin[0] + left, origin[1] + top, w, h))
+
+
+def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float) -> list[Word]:
+    """The words of a part of ``image``, read at ``scale``, in ``image``'s pixels."""
+    left, top, w, h = box
+    part = image.crop((left, top, left + w, top + h))
+    if scale != 1.0:
+        part = part.resize((round(w * scale), round(h * scale)), Image.Resampling.BICUBIC)
+    return [replace(word, box=(left + round(word.box[0] / scale), top + round(word.box[1] / scale),
+                               max(1, round(word.box[2] / scale)),
+                               max(1, round(word.box[3] / scale))))
+            for word in read(part)]

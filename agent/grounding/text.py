@@ -42,8 +42,10 @@ NEAR = 2.0
 TWIN_GAP = 8.0
 """A recorded position breaks a tie if one candidate is within ``NEAR`` text heights of it
 and every other beyond ``TWIN_GAP``."""
-LOOK_AGAIN = (20, 5)
-"""Half the size, in text heights, of what is read again around the recorded position."""
+LOOK_AGAIN = ((20.0, 5.0, 1.0), (13.0, 3.5, 1.5), (7.0, 2.2, 1.5))
+"""What is read again around the recorded position: half width and half height in text
+heights, and a scale. Several, because Tesseract reads a short word beside a button's
+bevel in one crop and not in the next (an "OK" read "fe)" on the full screen)."""
 PHRASE_GAP = 0.9
 """Two words of one line farther apart than this many text heights are two phrases."""
 MAX_EXTRA_WORDS = 2
@@ -223,23 +225,25 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
     return Decision(pick, ranked, tie_broken_by=how)
 
 
-def look_again_box(chosen: Candidate, recorded: tuple[float, float] | None,
-                   size: tuple[int, int]) -> Box | None:
-    """Where to read again before acting on ``chosen`` away from the recorded position: the
-    OCR may have misread a twin still standing there (docs/grounding.md). None: ``chosen``
-    is at the recorded position, or there is none."""
+def look_again_boxes(chosen: Candidate, recorded: tuple[float, float] | None,
+                     size: tuple[int, int]) -> list[tuple[Box, float]]:
+    """Where to read again, and at which scale, before acting on ``chosen`` away from the
+    recorded position: the OCR may have misread a twin still standing there
+    (docs/grounding.md). Empty: ``chosen`` is at the recorded position, or there is none."""
     if recorded is None:
-        return None
+        return []
     h = chosen.box[3]
     if math.dist(chosen.centre, recorded) <= NEAR * h:
-        return None
-    half_w, half_h = max(LOOK_AGAIN[0] * h, 120), max(LOOK_AGAIN[1] * h, 30)
-    left, top = max(0, int(recorded[0] - half_w)), max(0, int(recorded[1] - half_h))
-    right = min(size[0], int(recorded[0] + half_w))
-    bottom = min(size[1], int(recorded[1] + half_h))
-    if right - left < 8 or bottom - top < 8:
-        return None
-    return left, top, right - left, bottom - top
+        return []
+    out = []
+    for half_w_h, half_h_h, scale in LOOK_AGAIN:
+        half_w, half_h = max(half_w_h * h, 60), max(half_h_h * h, 20)
+        left, top = max(0, int(recorded[0] - half_w)), max(0, int(recorded[1] - half_h))
+        right = min(size[0], int(recorded[0] + half_w))
+        bottom = min(size[1], int(recorded[1] + half_h))
+        if right - left >= 8 and bottom - top >= 8:
+            out.append(((left, top, right - left, bottom - top), scale))
+    return out
 
 
 def twin_seen_again(chosen: Candidate, again: Sequence[Candidate], label: str,

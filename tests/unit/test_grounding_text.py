@@ -16,7 +16,7 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
-    look_again_box,
+    look_again_boxes,
     normalise,
     phrases,
     twin_seen_again,
@@ -98,9 +98,10 @@ def test_the_anchor_breaks_ties_and_must_agree_with_the_text() -> None:
 
 def test_reading_again_at_the_recorded_position_catches_a_misread_twin() -> None:
     chosen = Candidate("OK", 1.0, 0.9, (100, 100, 16, 12))
-    assert look_again_box(chosen, (108, 106), (1920, 1080)) is None  # it is still there
-    box = look_again_box(chosen, (600, 500), (1920, 1080))
-    assert box is not None and box[0] <= 600 <= box[0] + box[2]
+    assert look_again_boxes(chosen, (108, 106), (1920, 1080)) == []  # it is still there
+    boxes = look_again_boxes(chosen, (600, 500), (1920, 1080))
+    assert boxes and all(b[0] <= 600 <= b[0] + b[2] and b[1] <= 500 <= b[1] + b[3]
+                         for b, _scale in boxes)
     again = candidates([word("OK", 596, 494, 0)], "OK")
     d = twin_seen_again(chosen, again, "OK", 0.8)
     assert d is not None and d.error == "ambiguous_target"
@@ -163,3 +164,27 @@ def test_tesseract_reads_a_recorded_screen_french_accents_included() -> None:
         cx, cy = d.chosen.centre
         assert x <= cx <= x + w and y <= cy <= y + h, (text, d.chosen)
     assert decide(candidates(words, "Valider la prescription"), "x").chosen is None
+
+
+def test_a_twin_misread_on_the_full_screen_is_seen_again_where_it_was_recorded() -> None:
+    """On this recorded screen Tesseract reads the second "OK" as "fe)": searching that
+    one by text and recorded position must not click the first "OK"."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    labels = json.loads((DATA / "labels.json").read_text())["screens"]
+    screen = next(s for s in labels if s["image"] == "fr-liberation-100-recorded.png")
+    first, second = [c["box"] for c in screen["controls"] if c["text"] == "OK"]
+    x, y, w, h = second
+    image = Image.open(DATA / screen["image"])
+    reader = TesseractReader()
+    try:
+        found = resolve_point(TargetSpec(by_text="OK", x_pct=(x + w / 2) / 1920,
+                                         y_pct=(y + h / 2) / 1080), image, (0, 0),
+                              (0, 0, 1920, 1080), (1.0,), 0.85, TextSettings(reader.read))
+    finally:
+        reader.close()
+    if found.found:  # read right this time: then on the right one
+        assert x <= (found.x or 0) <= x + w and y <= (found.y or 0) <= y + h
+    else:
+        assert found.error == "ambiguous_target", found

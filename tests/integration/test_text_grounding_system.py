@@ -65,7 +65,10 @@ def recorded_at(form: Form, text: str) -> dict[str, float]:
 def desk(xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str],
          tmp_path: Path) -> Any:
     display = xdisplay(MONITORS, window_manager=True)
-    system = System(spawn, lea_env, tmp_path, extra_env={"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60"})
+    # A loaded 2-core machine starts the actors slowly; OCR steps take seconds there.
+    system = System(spawn, lea_env, tmp_path, extra_env={
+        "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60", "LEA_BEACON_TIMEOUT_S": "60",
+        "LEA_HEARTBEAT_LIVENESS": "10"})
     # The recording: the form as it was; the replay meets it rearranged.
     before = Form(display, tmp_path, "recorded", 1580, 60)
     recorded = {c: recorded_at(before, c) for c in ("Enregistrer", "Supprimer", "OK")}

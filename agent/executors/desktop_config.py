@@ -21,7 +21,7 @@ LEA_OCR_LANGS                          fra+eng  Tesseract languages the text tar
 LEA_OCR_TESSDATA                       (found)  the folder of their ``.traineddata`` files
 LEA_OCR_MIN_SCORE                      0.8      text match score below which the target is
                                                 not found (and nothing is clicked)
-LEA_OCR_MARGIN                         0.3      a second place within this of the best
+LEA_OCR_MARGIN                         0.15     a second place within this of the best
                                                 score makes the target ambiguous unless
                                                 the anchor or the recorded position decides
 =====================================  =======  ===============================================

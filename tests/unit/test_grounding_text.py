@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_target import TextSettings, resolution_order, resolve_point
 from agent.grounding.text import (
     Candidate,
@@ -174,7 +175,7 @@ def test_a_twin_misread_on_the_full_screen_is_seen_again_where_it_was_recorded()
 
     labels = json.loads((DATA / "labels.json").read_text())["screens"]
     screen = next(s for s in labels if s["image"] == "fr-liberation-100-recorded.png")
-    first, second = [c["box"] for c in screen["controls"] if c["text"] == "OK"]
+    _first, second = [c["box"] for c in screen["controls"] if c["text"] == "OK"]
     x, y, w, h = second
     image = Image.open(DATA / screen["image"])
     reader = TesseractReader()
@@ -188,3 +189,14 @@ def test_a_twin_misread_on_the_full_screen_is_seen_again_where_it_was_recorded()
         assert x <= (found.x or 0) <= x + w and y <= (found.y or 0) <= y + h
     else:
         assert found.error == "ambiguous_target", found
+
+
+def test_ocr_settings_from_the_environment_and_their_errors() -> None:
+    cfg = DesktopConfig.from_env({"LEA_OCR_LANGS": "fra", "LEA_OCR_MIN_SCORE": "0.9",
+                                  "LEA_OCR_MARGIN": "0.2", "LEA_OCR_TESSDATA": "/opt/td"})
+    assert (cfg.ocr_langs, cfg.ocr_min_score, cfg.ocr_margin, cfg.ocr_tessdata) == \
+        ("fra", 0.9, 0.2, "/opt/td")
+    for name, value in [("LEA_OCR_MIN_SCORE", "0"), ("LEA_OCR_MARGIN", "1"),
+                        ("LEA_OCR_LANGS", "fra;rm -rf")]:
+        with pytest.raises(ConfigError, match=name):
+            DesktopConfig.from_env({name: value})

@@ -119,6 +119,9 @@ def _report_parts(data: dict[str, Any]) -> list[str]:
     position = report.get("actual_position")
     if isinstance(position, dict) and "x_pct" in position:
         parts.append(f"at ({position['x_pct']}, {position.get('y_pct')})")
+    box = report.get("resolution_box")
+    if isinstance(box, dict) and all(isinstance(box.get(k), int | float) for k in "xywh"):
+        parts.append(f"box ({box['x']:g},{box['y']:g} {box['w']:g}x{box['h']:g})")
     for key in ("needs_human", "target_description", "system_dialog", "correction"):
         if not _empty(report.get(key)) and report.get(key) is not False:
             parts += _flat(key, report[key])

@@ -70,6 +70,7 @@ REASONS = {
     "wrong_window": "the expected window is not on screen",
     "needs_human": "the agent asks for help",
     "target_not_found": "the target was not found after every retry",
+    "ambiguous_target": "the target's text is on screen more than once, nothing tells which",
     "action_failed": "a step keeps failing",
     "orphan_max_resends": "the agent did not answer for a step",
     "dead_client": "the agent stopped answering",

@@ -27,6 +27,8 @@ REASON: Final = {
     "needs_human": "Léa demande de l'aide sur le poste.",
     "target_not_found": "L'élément à utiliser n'a pas été trouvé à l'écran, même après "
                         "plusieurs essais.",
+    "ambiguous_target": ("L'élément à utiliser apparaît plusieurs fois à l'écran : Léa ne "
+                         "sait pas lequel choisir."),
     "action_failed": "Une étape échoue à plusieurs reprises.",
     "orphan_max_resends": "Le poste n'a pas répondu pour une étape.",
     "dead_client": "Léa ne répond plus sur ce poste.",
@@ -41,6 +43,7 @@ REASON_SHORT: Final = {
     "wrong_window": "mauvaise fenêtre à l'écran",
     "needs_human": "Léa demande de l'aide",
     "target_not_found": "élément introuvable à l'écran",
+    "ambiguous_target": "élément présent plusieurs fois",
     "action_failed": "une étape échoue",
     "orphan_max_resends": "le poste ne répond pas",
     "dead_client": "Léa ne répond plus",
@@ -129,8 +132,9 @@ def happening(name: str, data: dict[str, Any]) -> str:
             if state not in ("accepted", None):
                 return f"Compte rendu de l'étape {step} ignoré ({state})"
             if report.get("success"):
-                return f"Étape {step} faite"
-            return f"Étape {step} en échec : {report.get('error') or 'erreur inconnue'}"
+                return f"Étape {step} faite{found_by(report)}"
+            return (f"Étape {step} en échec : {report.get('error') or 'erreur inconnue'}"
+                    f"{found_by(report)}")
         case "action_progress":
             state = str(data.get("state") or data.get("progress") or "")
             return f"Étape {step} : {PROGRESS_STATE.get(state, state or 'en cours')}"
@@ -170,3 +174,16 @@ QUIET_TOPICS: Final = frozenset({
     "lea:monitor_routed", "lea:peer_connected", "lea:peer_disconnected", "lea:consult_missed",
     "lea:loop_check_missed", "lea:bad_message",
 })
+
+
+def found_by(report: dict[str, Any]) -> str:
+    """How the agent found its target (method, score, the box it read), or ``""``."""
+    method = report.get("resolution_method")
+    if not isinstance(method, str):
+        return ""
+    score = report.get("resolution_score")
+    said = method + (f" {score:.2f}" if isinstance(score, int | float) else "")
+    box = report.get("resolution_box")
+    if isinstance(box, dict) and all(isinstance(box.get(k), int | float) for k in "xywh"):
+        said += f", zone ({box['x']:g},{box['y']:g} {box['w']:g}x{box['h']:g})"
+    return f" (cible : {said})"

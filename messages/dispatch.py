@@ -119,6 +119,7 @@ class ActionReport(Message, type_name="action.report"):
     resolution_method: str | None = None
     resolution_score: float | None = None
     resolution_elapsed_ms: float | None = None
+    resolution_box: dict[str, float] | None = None  # where the target was read: x, y, w, h
     target_description: str | None = None
     target_spec: TargetSpec | None = None
     correction: dict[str, Any] | None = None

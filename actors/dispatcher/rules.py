@@ -23,6 +23,7 @@ SYSTEM_DIALOG = "system_dialog"
 WRONG_WINDOW = "wrong_window"
 NEEDS_HUMAN = "needs_human"
 TARGET_NOT_FOUND = "target_not_found"
+AMBIGUOUS_TARGET = "ambiguous_target"
 ACTION_FAILED = "action_failed"
 ORPHAN_MAX_RESENDS = "orphan_max_resends"
 DEAD_CLIENT = "dead_client"
@@ -83,8 +84,17 @@ def _label(action: Action) -> str:
 
 
 def report_pause(report: ActionReport, action: Action) -> PauseCause | None:
-    """The pause a report asks for by itself (system dialog, wrong window, needs_human)."""
+    """The pause a report asks for by itself (system dialog, wrong window, ambiguous
+    target, needs_human)."""
     error = report.error or ""
+    if error == AMBIGUOUS_TARGET:
+        # Two places read alike and nothing told them apart: the same screen would give the
+        # same answer to a retry; only a person can say which one (docs/grounding.md).
+        return PauseCause(AMBIGUOUS_TARGET,
+                          f"Léa voit plusieurs « {_label(action)} » à l'écran et ne sait pas "
+                          "lequel utiliser. Faites l'action vous-même ou laissez un seul "
+                          "choix visible, puis reprenez.",
+                          {"target_description": report.target_description})
     if error.startswith("system_dialog"):
         dialog = report.system_dialog or {}
         category = str(dialog.get("category") or error.partition(":")[2] or "inconnue")

@@ -32,6 +32,7 @@ class ActionOutcome:
     resolution_method: str | None = None
     resolution_score: float | None = None
     resolution_elapsed_ms: float | None = None
+    resolution_box: dict[str, float] | None = None
     target_description: str | None = None
     target_spec: TargetSpec | None = None
     correction: dict[str, Any] | None = None

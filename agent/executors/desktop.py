@@ -42,6 +42,7 @@ from agent.executors.desktop_target import (
     MONITOR_UNAVAILABLE,
     Area,
     Resolved,
+    TextSettings,
     blind_elsewhere,
     resolve_point,
     target_area,
@@ -55,6 +56,7 @@ from agent.executors.window_guard import (
     title_after,
     title_mismatch,
 )
+from agent.grounding.tesseract import OcrUnavailable, TesseractReader
 from agent.screen import geometry
 from agent.screen.capture import CaptureError, Screen, Shot
 from messages.dispatch import DispatchAction
@@ -114,6 +116,7 @@ class DesktopExecutor:
             raise ExecutorUnavailable(str(exc)) from exc
         self._sleep, self._clock = sleep, clock
         self._lock = threading.Lock()
+        self._ocr: TextSettings | None = None  # loaded at the first text target
         self.on_progress: Callable[[DispatchAction, dict[str, Any]], None] | None = None
         """Set by the agent: called from the execution thread when a guard starts waiting
         for a person (``{"state": "awaiting_human_correction", ...}``)."""
@@ -208,15 +211,33 @@ class DesktopExecutor:
     # Inputs ----------------------------------------------------------------------------------
 
     def _find(self, action: Action, area: Area, before: Shot) -> Resolved:
-        return resolve_point(action.target_spec, before.image, (before.x, before.y), area.rect,
-                             self.config.anchor_scales, self.config.anchor_min_score)
+        spec = action.target_spec
+        text = self._text() if spec is not None and spec.by_text else None
+        return resolve_point(spec, before.image, (before.x, before.y), area.rect,
+                             self.config.anchor_scales, self.config.anchor_min_score, text)
+
+    def _text(self) -> TextSettings:
+        """The OCR reader, loaded once (it takes a second or two); if it cannot load, why:
+        a text target is then not found, never clicked elsewhere."""
+        if self._ocr is None:
+            c = self.config
+            try:
+                reader = TesseractReader(c.ocr_langs, c.ocr_tessdata)
+            except OcrUnavailable as exc:
+                logger.error("text targets cannot be read on this agent: {}", exc)
+                self._ocr = TextSettings(None, c.ocr_min_score, c.ocr_margin, str(exc))
+            else:
+                logger.info("OCR ready: Tesseract {} ({})", reader.version, c.ocr_langs)
+                self._ocr = TextSettings(reader.read, c.ocr_min_score, c.ocr_margin)
+        return self._ocr
 
     def _not_found(self, action: Action, found: Resolved) -> ActionOutcome:
         spec = action.target_spec
         described = (spec.by_text or spec.vlm_description) if spec else None
+        warnings = {"target_not_found": "visual_resolve_failed",
+                    "ambiguous_target": "ambiguous_target"}
         return ActionOutcome.failure(
-            found.error or "target_not_found",
-            warning="visual_resolve_failed" if found.error == "target_not_found" else None,
+            found.error or "target_not_found", warning=warnings.get(found.error or ""),
             target_description="; ".join(p for p in (described, found.detail) if p) or None,
             target_spec=spec, resolution_method=found.method,
             resolution_score=found.score, resolution_elapsed_ms=found.elapsed_ms)
@@ -228,7 +249,10 @@ class DesktopExecutor:
                                     "y_pct": round((found.y - y0) / h, 5),
                                     "x": float(found.x), "y": float(found.y)},
                 "resolution_method": found.method, "resolution_score": found.score,
-                "resolution_elapsed_ms": found.elapsed_ms}
+                "resolution_elapsed_ms": found.elapsed_ms,
+                "resolution_box": None if found.box is None else dict(
+                    zip(("x", "y", "w", "h"), map(float, found.box), strict=True)),
+                "target_description": found.detail}
 
     def _safe(self, x: int, y: int) -> tuple[int, int]:
         """Never end a move on a fail-safe corner: one pixel inwards clicks the same thing."""
@@ -250,7 +274,8 @@ class DesktopExecutor:
     @staticmethod
     def _targets(action: Action) -> bool:
         spec = action.target_spec
-        return spec is not None and bool(spec.anchor_image_base64 or spec.x_pct is not None)
+        return spec is not None and bool(spec.anchor_image_base64 or spec.by_text or
+                                         spec.x_pct is not None)
 
     def _pointer(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
         located = self._locate(action, area, before)
@@ -393,6 +418,10 @@ class DesktopExecutor:
 
     def close(self) -> None:
         self.screen.close()
+        if self._ocr is not None and self._ocr.read is not None:
+            reader = getattr(self._ocr.read, "__self__", None)
+            if isinstance(reader, TesseractReader):
+                reader.close()
 
 
 def _same_display(pyautogui: Any) -> None:

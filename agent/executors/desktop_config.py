@@ -16,6 +16,14 @@ LEA_DESKTOP_SCREEN_CHANGE_TIMEOUT_S    1.0      after a click, how long to wait 
                                                 screen to change before ``no_screen_change``
 LEA_DESKTOP_INPUT_PAUSE_S              0.05     pause after each mouse/keyboard call
 LEA_DESKTOP_TYPE_INTERVAL_S            0.01     pause between typed characters
+LEA_OCR_LANGS                          fra+eng  Tesseract languages the text targets are
+                                                read in (docs/grounding.md)
+LEA_OCR_TESSDATA                       (found)  the folder of their ``.traineddata`` files
+LEA_OCR_MIN_SCORE                      0.8      text match score below which the target is
+                                                not found (and nothing is clicked)
+LEA_OCR_MARGIN                         0.15     a second place within this of the best
+                                                score makes the target ambiguous unless
+                                                the anchor or the recorded position decides
 =====================================  =======  ===============================================
 
 A bad value stops the agent at start with a message naming the variable.
@@ -29,6 +37,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
+from agent.grounding import text
 
 T = TypeVar("T")
 
@@ -50,6 +59,10 @@ class DesktopConfig:
     screen_change_timeout_s: float = 1.0
     input_pause_s: float = 0.05
     type_interval_s: float = 0.01
+    ocr_langs: str = "fra+eng"
+    ocr_tessdata: str | None = None
+    ocr_min_score: float = text.DEFAULT_MIN_SCORE
+    ocr_margin: float = text.DEFAULT_MARGIN
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DesktopConfig:
@@ -96,4 +109,14 @@ class DesktopConfig:
                               lambda v: 0 <= v <= 2, "seconds, 0..2"),
             type_interval_s=get("LEA_DESKTOP_TYPE_INTERVAL_S", float, d.type_interval_s,
                                 lambda v: 0 <= v <= 1, "seconds, 0..1"),
+            ocr_langs=get("LEA_OCR_LANGS", str, d.ocr_langs,
+                          lambda v: bool(v) and all(p.isalnum() or p == "_" for p in
+                                                    v.replace("+", " ").split()),
+                          "Tesseract language codes joined by +, e.g. fra+eng"),
+            ocr_tessdata=get("LEA_OCR_TESSDATA", str, d.ocr_tessdata, lambda v: bool(v),
+                             "a folder"),
+            ocr_min_score=get("LEA_OCR_MIN_SCORE", float, d.ocr_min_score,
+                              lambda v: 0 < v <= 1, "a score in (0, 1]"),
+            ocr_margin=get("LEA_OCR_MARGIN", float, d.ocr_margin, lambda v: 0 <= v < 1,
+                           "a score difference in [0, 1)"),
         )

@@ -17,33 +17,63 @@ Monitor (``target_area``), obeying the monitor router (spec/01 §4, issue 15):
   An ``invalid_index`` (no monitor can have it: a workflow error) stays on the composite, as
   the router said; so does an agent that cannot list its monitors at all.
 
-Pixel (``resolve_point``): by template matching of ``target_spec.anchor_image_base64`` on
-that monitor's pixels only, or ``x_pct / y_pct`` of that monitor, in the order of
-``target_spec.resolve_order`` (default: the anchor if there is one, else the position; a
-missing anchor never falls back to a blind position unless ``resolve_order`` asks for
-``position`` after ``template``). Local coordinates are offset by the monitor's origin into
-absolute desktop coordinates, negative origins included.
+Pixel (``resolve_point``): by the visible text
+``target_spec.by_text`` read on that monitor's pixels (agent/grounding/), by template
+matching of ``target_spec.anchor_image_base64`` on them, or ``x_pct / y_pct`` of that
+monitor, in the order of ``target_spec.resolve_order`` (default: the text if there is one,
+else the anchor if there is one, else the position; a missing anchor never falls back to a
+blind position unless ``resolve_order`` asks for ``position`` after ``template``). A target
+that has ``by_text`` is never acted on at a bare recorded position: there ``position``
+stands for ``ocr``, and the recorded position (and the anchor) only break ties between two
+places that read the same (docs/grounding.md). Local coordinates are offset by the
+monitor's origin into absolute desktop coordinates, negative origins included.
 
-Pure: the capture is passed in.
+Pure: the capture and the OCR reader are passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from PIL import Image
 
 from agent.anchor import AnchorError, decode_anchor, find_anchor
+from agent.grounding.text import (
+    DEFAULT_MARGIN,
+    DEFAULT_MIN_SCORE,
+    Word,
+    candidates,
+    decide,
+    look_again_boxes,
+    twin_seen_again,
+)
 from agent.screen.capture import Rect
 from messages.monitor import Monitor, MonitorResolution, find_recorded
 from messages.workflow import INPUT_TYPES, Action, TargetSpec
 
 TEMPLATE = "template"
 POSITION = "position"
+OCR = "ocr"
 ALIASES = {"template": TEMPLATE, "anchor": TEMPLATE, "template_match": TEMPLATE,
-           "position": POSITION, "coords": POSITION, "xy": POSITION}
-"""``resolve_order`` names this agent can do; others (ocr, vlm, uia) are skipped here."""
+           "position": POSITION, "coords": POSITION, "xy": POSITION,
+           "ocr": OCR, "text": OCR, "by_text": OCR}
+"""``resolve_order`` names this agent can do; others (vlm, uia) are skipped here."""
+
+ReadWords = Callable[[Image.Image], list[Word]]
+"""An OCR reader: the words on an image, boxes in its pixels (agent/grounding/)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextSettings:
+    """How the text is matched (agent/grounding/text.py); ``read`` None: no OCR here,
+    ``unavailable`` says why."""
+
+    read: ReadWords | None
+    min_score: float = DEFAULT_MIN_SCORE
+    margin: float = DEFAULT_MARGIN
+    unavailable: str = "no OCR engine on this agent"
 
 
 MONITOR_UNAVAILABLE = "monitor_unavailable"
@@ -125,6 +155,8 @@ class Resolved:
     elapsed_ms: float | None
     error: str | None = None
     detail: str | None = None
+    box: Rect | None = None
+    """Where the target was read (absolute ``x, y, w, h``), for the text method."""
 
     @property
     def found(self) -> bool:
@@ -135,23 +167,38 @@ def resolution_order(spec: TargetSpec) -> list[str]:
     """The methods to try, in order (module docstring)."""
     if spec.resolve_order:
         order = [ALIASES[m.casefold()] for m in spec.resolve_order if m.casefold() in ALIASES]
-        return list(dict.fromkeys(order))
-    if spec.anchor_image_base64:
-        return [TEMPLATE]
-    return [POSITION]
+    elif spec.by_text:
+        order = [OCR]
+    elif spec.anchor_image_base64:
+        order = [TEMPLATE]
+    else:
+        order = [POSITION]
+    if spec.by_text:  # never a blind position for a target that names its text
+        order = [OCR if m == POSITION else m for m in order]
+    return list(dict.fromkeys(order))
 
 
 def resolve_point(spec: TargetSpec | None, shot_image: Image.Image, shot_origin: tuple[int, int],
-                  area: Rect, scales: Sequence[float], min_score: float) -> Resolved:
+                  area: Rect, scales: Sequence[float], min_score: float,
+                  text: TextSettings | None = None) -> Resolved:
     """Find the target on ``shot_image`` (the capture of ``area``, top-left at
-    ``shot_origin``); absolute coordinates, or ``target_not_found`` / ``invalid_target_spec``."""
+    ``shot_origin``); absolute coordinates, or ``target_not_found`` / ``ambiguous_target``
+    / ``invalid_target_spec``. ``min_score`` is the anchor's, ``text`` the OCR's."""
     if spec is None:
         return Resolved(None, None, None, None, None, "target_not_found",
                         "the action has no target_spec")
     tried: list[str] = []
     last: Resolved | None = None
     for method in resolution_order(spec):
-        if method == TEMPLATE:
+        if method == OCR:
+            if not spec.by_text:
+                continue
+            last = _by_text(spec, spec.by_text, shot_image, shot_origin, area, scales,
+                            min_score, text or TextSettings(None))
+            if last.found or last.error != "target_not_found":
+                return last  # found, or ambiguous: a person decides, no other method
+            tried.append(f"ocr: {last.detail}")
+        elif method == TEMPLATE:
             if not spec.anchor_image_base64:
                 continue
             try:
@@ -171,9 +218,81 @@ def resolve_point(spec: TargetSpec | None, shot_image: Image.Image, shot_origin:
             # A recorded position is not a measurement: no score.
             return Resolved(x, y, "position_fallback" if tried else "position", None, 0.0)
     if last is not None:
-        return last
+        return replace(last, detail="; ".join(tried)) if len(tried) > 1 else last
     unsupported = [m for m in spec.resolve_order if m.casefold() not in ALIASES]
     detail = "no anchor_image_base64 nor x_pct/y_pct to act on"
     if unsupported:
         detail += f" (this agent cannot resolve by {', '.join(unsupported)})"
     return Resolved(None, None, None, None, None, "target_not_found", detail)
+
+
+def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int, int],
+             area: Rect, scales: Sequence[float], anchor_min_score: float,
+             text: TextSettings) -> Resolved:
+    """The text method: read the words, find the label, break ties with the anchor and
+    the recorded position (module docstring)."""
+    start = time.perf_counter()
+
+    def ms() -> float:
+        return round((time.perf_counter() - start) * 1000, 1)
+
+    if text.read is None:
+        return Resolved(None, None, OCR, None, None, "target_not_found",
+                        f"cannot read {label!r}: {text.unavailable}")
+    try:
+        words = text.read(image)
+    except Exception as exc:  # an engine failure is a failed search, never a crash
+        return Resolved(None, None, OCR, None, ms(), "target_not_found",
+                        f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
+    recorded = None
+    if spec.x_pct is not None and spec.y_pct is not None:
+        x, y = point_at_pct(area, spec.x_pct, spec.y_pct)
+        recorded = (x - origin[0], y - origin[1])
+    found = candidates(words, label)
+    decision = decide(found, label, text.min_score, text.margin, recorded)
+    if decision.error != "target_not_found" and spec.anchor_image_base64:
+        # The anchor breaks ties, and must agree with the text: a twin the OCR misread is
+        # not a candidate, but the anchor may still find it (docs/grounding.md).
+        try:
+            match = find_anchor(image, decode_anchor(spec.anchor_image_base64), scales,
+                                anchor_min_score)
+        except AnchorError as exc:
+            return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
+        if match.found:
+            decision = decide(found, label, text.min_score, text.margin, recorded,
+                              (match.left, match.top, match.w, match.h))
+    if decision.chosen is not None:
+        for box, scale in look_again_boxes(decision.chosen, recorded, image.size):
+            try:
+                near = _read_part(text.read, image, box, scale)
+            except Exception as exc:
+                return Resolved(None, None, OCR, None, ms(), "target_not_found",
+                                f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
+            twin = twin_seen_again(decision.chosen, candidates(near, label), label,
+                                   text.min_score)
+            if twin is not None:
+                decision = twin
+                break
+    best = decision.chosen or (decision.candidates[0] if decision.candidates else None)
+    score = None if best is None else best.score
+    if decision.chosen is None:
+        return Resolved(None, None, OCR, score, ms(), decision.error, decision.detail)
+    left, top, w, h = decision.chosen.box
+    cx, cy = decision.chosen.centre
+    detail = f"read {decision.chosen.text!r}"
+    if decision.tie_broken_by:
+        detail += f"; the {decision.tie_broken_by} chose among the places read alike"
+    return Resolved(origin[0] + round(cx), origin[1] + round(cy), OCR, score, ms(),
+                    detail=detail, box=(origin[0] + left, origin[1] + top, w, h))
+
+
+def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float) -> list[Word]:
+    """The words of a part of ``image``, read at ``scale``, in ``image``'s pixels."""
+    left, top, w, h = box
+    part = image.crop((left, top, left + w, top + h))
+    if scale != 1.0:
+        part = part.resize((round(w * scale), round(h * scale)), Image.Resampling.BICUBIC)
+    return [replace(word, box=(left + round(word.box[0] / scale), top + round(word.box[1] / scale),
+                               max(1, round(word.box[2] / scale)),
+                               max(1, round(word.box[3] / scale))))
+            for word in read(part)]

@@ -98,6 +98,22 @@ def test_a_report_shows_its_outcome_how_the_target_was_found_and_its_screens() -
     assert "SENT BY M2 (report says M1)" in forged
 
 
+def test_a_text_target_shows_the_box_it_was_read_in() -> None:
+    from console.labels import happening
+
+    report = {"replay_id": "r1", "action_id": "s1", "attempt_id": "ab" * 16,
+              "machine_id": "M1", "success": True, "resolution_method": "ocr",
+              "resolution_score": 1.0, "actual_position": {"x_pct": 0.5, "y_pct": 0.25},
+              "resolution_box": {"x": 1455.0, "y": 133.0, "w": 80.0, "h": 15.0},
+              "target_description": "read 'Enregistrer'"}
+    data = {"status": "accepted", "sender_machine": "M1", "report": report}
+    (head,) = shown("report_received", data)
+    assert "found by ocr 1.00  at (0.5, 0.25)  box (1455,133 80x15)" in head
+    assert "read 'Enregistrer'" in head
+    assert happening("report_received", data) == \
+        "Étape s1 faite (cible : ocr 1.00, zone (1455,133 80x15))"
+
+
 def test_a_refused_report_names_who_sent_it_and_who_should_have() -> None:
     (head,) = shown("report_refused", {
         "replay_id": "r1", "action_id": "s1", "attempt_id": "ab" * 16,

@@ -122,10 +122,10 @@ def test_anchor_not_found_does_not_fall_back_to_position_unless_asked() -> None:
 
 def test_nothing_to_resolve_is_target_not_found_and_says_why() -> None:
     img, _box = monitor_image()
-    found = resolve_point(TargetSpec(by_text="Imagerie", resolve_order=["ocr", "vlm"]), img,
-                          (0, 0), (0, 0, 1280, 1024), (1.0,), 0.85)
+    found = resolve_point(TargetSpec(vlm_description="Imagerie", resolve_order=["vlm", "uia"]),
+                          img, (0, 0), (0, 0, 1280, 1024), (1.0,), 0.85)
     assert found.error == "target_not_found" and found.detail is not None
-    assert "ocr, vlm" in found.detail
+    assert "vlm, uia" in found.detail
     assert resolve_point(None, img, (0, 0), (0, 0, 1, 1), (1.0,), 0.85).error == \
         "target_not_found"
 

@@ -446,6 +446,19 @@ def test_case_e_failed_verify_retries_at_the_head_then_pauses() -> None:
     assert event(d, events.REPLAY_PAUSED)["resume_action"] == "step_1_retry3"
 
 
+def test_an_ambiguous_target_pauses_at_once_without_retry() -> None:
+    """Two places read alike: a retry would see the same screen; a person decides."""
+    h = H()
+    rid, _ = h.start(wf("step_1", "step_2"))
+    d = h.report(rid, success=False, error="ambiguous_target",
+                 target_description="OK; 2 places read like 'OK'")
+    assert sent(d) == []
+    s = h.status(rid)
+    assert (s.status, s.pause_reason) == ("paused_need_help", "ambiguous_target")
+    assert s.counters.get("retries", 0) == 0 and s.index == 0
+    assert "plusieurs" in (s.pause_message or "")
+
+
 def test_resume_rebuilds_the_failed_action_with_a_fresh_retry_budget() -> None:
     h = H()
     rid, _ = h.start(wf("step_1", "step_2"))

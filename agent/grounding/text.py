@@ -1,0 +1,268 @@
+"""Find a label among the words an OCR engine read, and decide whether to act on it.
+
+Pure: words in, a decision out (docs/grounding.md explains the rules and their figures).
+
+1. Words are compared as *normalised* text: case folded, accents removed (é -> e,
+   œ -> oe), punctuation and spaces dropped, so "ENREGISTRER…", "Enregistrer" and
+   "enregistrer" are the same text and an OCR that splits or merges words still matches.
+2. Words are grouped into *phrases*: the words of one OCR line, cut where the gap between
+   two words is wider than a space can be (two buttons side by side are two phrases).
+3. Each phrase gives at most one candidate: its span of words most similar to the label.
+   The score is the similarity (0..1, by edit distance) times the part of the phrase that
+   span covers, so "Enregistrer" inside "Enregistrer sous" scores about 0.7, not 1: a
+   label is matched as a whole control's text, never as a piece of another's.
+4. The best candidate at or above ``min_score`` is acted on only if no rival comes close
+   (within ``margin`` of it). Rivals are told apart by the anchor image (the candidate
+   under the anchor's match) or else by the recorded position, but only if one of them
+   is still at it (within ``NEAR`` text heights) and every other is far from it
+   (``TWIN_GAP`` text heights): once a form is rearranged, the twin now nearest the
+   recorded place may be the other one. An anchor that matches elsewhere than the chosen
+   text is a disagreement, not a tie-break. Nothing breaks the tie:
+   ``ambiguous_target``; nothing good enough: ``target_not_found``. Either way the caller
+   does not act, and the reason lists what was seen.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rapidfuzz.distance import Levenshtein
+
+Box = tuple[int, int, int, int]
+"""``(left, top, width, height)`` in the searched image's pixels."""
+
+DEFAULT_MIN_SCORE = 0.8
+DEFAULT_MARGIN = 0.15
+"""A rival within this of the best score makes the best one uncertain."""
+NEAR = 2.0
+TWIN_GAP = 8.0
+"""A recorded position breaks a tie if one candidate is within ``NEAR`` text heights of it
+and every other beyond ``TWIN_GAP``."""
+LOOK_AGAIN = ((20.0, 5.0, 1.0), (13.0, 3.5, 1.5), (7.0, 2.2, 1.5))
+"""What is read again around the recorded position: half width and half height in text
+heights, and a scale. Several, because Tesseract reads a short word beside a button's
+bevel in one crop and not in the next (an "OK" read "fe)" on the full screen)."""
+PHRASE_GAP = 0.9
+"""Two words of one line farther apart than this many text heights are two phrases."""
+MAX_EXTRA_WORDS = 2
+"""A span may have this many words more than the label (OCR splits words)."""
+SEEN = 3
+"""How many of the nearest texts a failure lists."""
+
+_LIGATURES = str.maketrans({"œ": "oe", "Œ": "oe", "æ": "ae", "Æ": "ae", "ø": "o", "Ø": "o",
+                            "ł": "l", "Ł": "l", "ß": "ss", "’": "'"})
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One word as the OCR engine read it: ``conf`` 0..1, ``line`` groups a line's words."""
+
+    text: str
+    conf: float
+    box: Box
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A place the label may be: the words read there, their score and box."""
+
+    text: str
+    score: float
+    conf: float
+    box: Box
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        left, top, w, h = self.box
+        return left + w / 2, top + h / 2
+
+    def describe(self) -> str:
+        left, top, w, h = self.box
+        return f"{self.text!r} {self.score:.2f} at ({left},{top},{w}x{h})"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``chosen`` when the label is found unambiguously; else ``error`` and ``detail``."""
+
+    chosen: Candidate | None
+    candidates: tuple[Candidate, ...]
+    tie_broken_by: str | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+def normalise(text: str) -> str:
+    """Case, accents, ligatures, punctuation and spaces folded; words kept apart by one
+    space (module docstring, point 1)."""
+    decomposed = unicodedata.normalize("NFKD", text.translate(_LIGATURES)).casefold()
+    kept = []
+    for ch in decomposed:
+        if unicodedata.combining(ch):
+            continue
+        kept.append(ch if ch.isalnum() else " ")
+    return " ".join("".join(kept).split())
+
+
+def _compact(text: str) -> str:
+    return normalise(text).replace(" ", "")
+
+
+def phrases(words: Sequence[Word]) -> list[list[Word]]:
+    """The words grouped by line and cut at wide gaps (module docstring, point 2)."""
+    lines: dict[int, list[Word]] = {}
+    for w in words:
+        if _compact(w.text):
+            lines.setdefault(w.line, []).append(w)
+    out: list[list[Word]] = []
+    for line in lines.values():
+        line.sort(key=lambda w: w.box[0])
+        heights = sorted(w.box[3] for w in line)
+        gap = PHRASE_GAP * heights[len(heights) // 2]
+        current = [line[0]]
+        for prev, word in itertools.pairwise(line):
+            if word.box[0] - (prev.box[0] + prev.box[2]) > gap:
+                out.append(current)
+                current = []
+            current.append(word)
+        out.append(current)
+    return out
+
+
+def _union(words: Sequence[Word]) -> Box:
+    left = min(w.box[0] for w in words)
+    top = min(w.box[1] for w in words)
+    right = max(w.box[0] + w.box[2] for w in words)
+    bottom = max(w.box[1] + w.box[3] for w in words)
+    return left, top, right - left, bottom - top
+
+
+def _similarity(a: str, b: str) -> float:
+    """1 - edit distance / the longer length: every extra, missing or wrong character
+    counts (a looser ratio let "Enregistrer" match "Enregistrer sous" at 0.85)."""
+    return float(Levenshtein.normalized_similarity(a, b))
+
+
+def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
+    """One candidate per phrase, best first (module docstring, point 3)."""
+    target = _compact(label)
+    if not target:
+        return []
+    n_label = max(1, len(normalise(label).split()))
+    found: list[Candidate] = []
+    for phrase in phrases(words):
+        texts = [_compact(w.text) for w in phrase]
+        whole = sum(len(t) for t in texts)
+        best: Candidate | None = None
+        for i in range(len(phrase)):
+            span = ""
+            for j in range(i, min(len(phrase), i + n_label + MAX_EXTRA_WORDS)):
+                span += texts[j]
+                if len(span) > 2 * len(target) + 2:
+                    break
+                score = _similarity(target, span) * len(span) / whole
+                if best is None or score > best.score:
+                    chosen = phrase[i:j + 1]
+                    best = Candidate(" ".join(w.text for w in chosen), round(score, 4),
+                                     round(min(w.conf for w in chosen), 4), _union(chosen))
+        if best is not None:
+            found.append(best)
+    found.sort(key=lambda c: -c.score)
+    return found
+
+
+def _contains(box: Box, point: tuple[float, float], pad: float) -> bool:
+    left, top, w, h = box
+    return left - pad <= point[0] <= left + w + pad and top - pad <= point[1] <= top + h + pad
+
+
+def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MIN_SCORE,
+           margin: float = DEFAULT_MARGIN, recorded: tuple[float, float] | None = None,
+           anchor: Box | None = None) -> Decision:
+    """Act on one candidate, or say why not (module docstring, point 4). ``recorded`` is
+    the recorded position and ``anchor`` the anchor image's match, both in the same pixels
+    as the candidates' boxes."""
+    ranked = tuple(sorted(found, key=lambda c: -c.score))
+    if not ranked or ranked[0].score < min_score:
+        return Decision(None, ranked, error="target_not_found",
+                        detail=f"no text like {label!r} (score >= {min_score}); "
+                               + seen(ranked))
+    best = ranked[0]
+    contenders = [c for c in ranked if c.score >= best.score - margin]
+    under: list[Candidate] = []
+    if anchor is not None:
+        centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
+        pad = max(anchor[2], anchor[3]) / 4
+        under = [c for c in contenders if _contains(c.box, centre, pad)]
+        if not under:
+            return Decision(None, ranked, error="ambiguous_target",
+                            detail=f"the anchor image is at ({anchor[0]},{anchor[1]},"
+                                   f"{anchor[2]}x{anchor[3]}), on none of the places that "
+                                   f"read like {label!r}: " + seen(contenders))
+    if len(contenders) == 1:
+        return Decision(best, ranked, tie_broken_by="anchor" if under else None)
+    pick: Candidate | None = None
+    how = None
+    if len(under) == 1:
+        pick, how = under[0], "anchor"
+    elif recorded is not None:
+        by_distance = sorted(contenders, key=lambda c: math.dist(c.centre, recorded))
+        nearest, second = (math.dist(c.centre, recorded) for c in by_distance[:2])
+        height = max(c.box[3] for c in contenders)
+        if nearest <= NEAR * height and second >= TWIN_GAP * height:
+            pick, how = by_distance[0], "position"
+    if pick is None or pick.score < min_score:
+        why = "" if pick is None else f" ({how} points at {pick.describe()}, too unlike it)"
+        return Decision(None, ranked, error="ambiguous_target",
+                        detail=f"{len(contenders)} places read like {label!r} and neither "
+                               f"an anchor nor the recorded position tells them apart{why}: "
+                               + seen(contenders))
+    return Decision(pick, ranked, tie_broken_by=how)
+
+
+def look_again_boxes(chosen: Candidate, recorded: tuple[float, float] | None,
+                     size: tuple[int, int]) -> list[tuple[Box, float]]:
+    """Where to read again, and at which scale, before acting on ``chosen`` away from the
+    recorded position: the OCR may have misread a twin still standing there
+    (docs/grounding.md). Empty: ``chosen`` is at the recorded position, or there is none."""
+    if recorded is None:
+        return []
+    h = chosen.box[3]
+    if math.dist(chosen.centre, recorded) <= NEAR * h:
+        return []
+    out = []
+    for half_w_h, half_h_h, scale in LOOK_AGAIN:
+        half_w, half_h = max(half_w_h * h, 60), max(half_h_h * h, 20)
+        left, top = max(0, int(recorded[0] - half_w)), max(0, int(recorded[1] - half_h))
+        right = min(size[0], int(recorded[0] + half_w))
+        bottom = min(size[1], int(recorded[1] + half_h))
+        if right - left >= 8 and bottom - top >= 8:
+            out.append(((left, top, right - left, bottom - top), scale))
+    return out
+
+
+def twin_seen_again(chosen: Candidate, again: Sequence[Candidate], label: str,
+                    min_score: float) -> Decision | None:
+    """``ambiguous_target`` if the second reading found the label somewhere ``chosen`` is
+    not (``again`` in the same pixels as ``chosen``), else None."""
+    pad = chosen.box[3] / 2
+    twins = [c for c in again if c.score >= min_score
+             and not _contains(chosen.box, c.centre, pad)]
+    if not twins:
+        return None
+    return Decision(None, (chosen, *twins), error="ambiguous_target",
+                    detail=f"{label!r} was read at {chosen.describe()}, away from the "
+                           f"recorded position, and also near that position: "
+                           + seen(twins))
+
+
+def seen(found: Sequence[Candidate]) -> str:
+    """What a failure says was on the screen: the nearest texts, their scores and boxes."""
+    if not found:
+        return "no text read there"
+    return "seen " + "; ".join(c.describe() for c in found[:SEEN])

@@ -1,0 +1,195 @@
+"""Text grounding measured on the recorded set (tests/data/grounding, bench/grounding_record.py).
+
+    python -m bench.grounding [--data DIR] [--verbose]
+
+Every control of every screen is searched by its text, the way the agent does it
+(agent.grounding: Tesseract, then agent.grounding.text's matching and decision):
+
+- *with position*: the position recorded is the control's centre on the ``recorded``
+  layout of the same language, font and scaling; on the ``moved`` layout the control is
+  elsewhere now, and the recorded position is only a hint;
+- *text only*: no position (for a text that is on the screen more than once, the right
+  answer is ``ambiguous_target``: no click);
+- *absent*: labels that are on no screen: the right answer is no click.
+
+A click is on the right control when the point lies in the box Tk reported for it; any
+other click is a wrong-control click. Time per search = one OCR of the whole 1920x1080
+monitor + the matching, beside a floor measured in the same run: one capture of a
+1920x1080 monitor of a real X display (Xvfb) and its grey conversion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
+from agent.executors.desktop_target import TextSettings, resolve_point
+from agent.grounding.tesseract import TesseractReader
+from agent.grounding.text import normalise
+from bench.grounding_record import NOTES, H, W
+from messages.workflow import TargetSpec
+from tests.fixtures.labelled_form import TEXTS
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "grounding"
+ABSENT = {"fr": ["Valider la prescription", "Sortie définitive", "Exporter en PDF",
+                 "Planning du bloc", "Ordonnance"],
+          "en": ["Approve prescription", "Final discharge", "Export to PDF",
+                 "Theatre schedule", "Prescription"]}
+FLOOR_RUNS = 20
+ANCHOR_CONTEXT = (40, 10)
+MODES = ("text+position+anchor", "text+position", "text only")
+
+
+def inside(box: list[int], point: tuple[float, float]) -> bool:
+    x, y, w, h = box
+    return x <= point[0] < x + w and y <= point[1] < y + h
+
+
+def floor_ms() -> float:
+    """p50 of one capture of a 1920x1080 monitor + grey conversion, on a real X display."""
+    import mss
+
+    from tests.xdisplay import start_xdisplay
+
+    display = start_xdisplay([(1920, 1080, 0, 0)])
+    try:
+        with mss.MSS(display=display.display) as sct:
+            runs = []
+            for _ in range(FLOOR_RUNS):
+                start = time.perf_counter()
+                raw = sct.grab({"left": 0, "top": 0, "width": 1920, "height": 1080})
+                Image.frombytes("RGB", raw.size, raw.bgra, "raw", "BGRX").convert("L")
+                runs.append((time.perf_counter() - start) * 1000)
+    finally:
+        display.close()
+    return statistics.median(runs)
+
+
+def anchor_of(screen: Image.Image, box: list[int]) -> str:
+    """What a recorder keeps beside the text: the control and a little around it, PNG."""
+    x, y, w, h = box
+    crop = screen.crop((max(0, x - ANCHOR_CONTEXT[0]), max(0, y - ANCHOR_CONTEXT[1]),
+                        x + w + ANCHOR_CONTEXT[0], y + h + ANCHOR_CONTEXT[1]))
+    out = io.BytesIO()
+    crop.save(out, "PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def twins(screen: dict[str, Any]) -> set[str]:
+    """Texts on the screen more than once: twin controls, the title (in the title bar
+    too), words of the notes in the terminal."""
+    counts = Counter(c["text"] for c in screen["controls"])
+    notes = normalise(NOTES[screen["lang"]])
+    title = TEXTS[screen["lang"]]["title"]
+    return {t for t in counts if counts[t] > 1 or t == title
+            or f" {normalise(t)} " in f" {notes} "}
+
+
+Search = tuple[dict[str, Any], str, TargetSpec, list[int] | None, bool]
+
+
+def searches(screens: list[dict[str, Any]], data: Path) -> list[Search]:
+    """(screen, mode, target spec, the box to click in (None: no click expected), whether
+    not clicking is right too: a twin with nothing but a position may stay undecided)."""
+    recorded = {(s["lang"], s["font"], s["scaling"]): s for s in screens
+                if s["layout"] == "recorded"}
+    out: list[Search] = []
+    for s in screens:
+        origin = recorded[(s["lang"], s["font"], s["scaling"])]
+        shot = Image.open(data / origin["image"]).convert("RGB")
+        doubles = twins(s)
+        seen: Counter[str] = Counter()
+        for c in s["controls"]:
+            text = c["text"]
+            # The same control on the recorded layout: same text, same rank among its twins.
+            seen[text] += 1
+            box = [o for o in origin["controls"] if o["text"] == text][seen[text] - 1]["box"]
+            x, y, w, h = box
+            at = {"x_pct": (x + w / 2) / W, "y_pct": (y + h / 2) / H}
+            twin = text in doubles
+            out.append((s, "text+position+anchor", TargetSpec(
+                by_text=text, anchor_image_base64=anchor_of(shot, box), **at), c["box"],
+                False))
+            out.append((s, "text+position", TargetSpec(by_text=text, **at), c["box"], twin))
+            out.append((s, "text only", TargetSpec(by_text=text), c["box"], twin))
+        for text in ABSENT[s["lang"]]:
+            out.append((s, "absent", TargetSpec(by_text=text), None, True))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--verbose", action="store_true", help="print every miss")
+    args = parser.parse_args(argv)
+    screens = json.loads((args.data / "labels.json").read_text())["screens"]
+    reader = TesseractReader()
+    images, words, read_ms = {}, {}, {}
+    for s in screens:
+        images[s["image"]] = image = Image.open(args.data / s["image"]).convert("RGB")
+        start = time.perf_counter()
+        words[s["image"]] = reader.read(image)
+        read_ms[s["image"]] = (time.perf_counter() - start) * 1000
+    floor = floor_ms()
+    tally: Counter[str] = Counter()
+    times, misses = [], []
+    for s, mode, spec, expected, may_refuse in searches(screens, args.data):
+        name = s["image"]
+        # The whole monitor was read once above; a second look at a part is read now.
+        text = TextSettings(lambda image, name=name: words[name] if image.size == (W, H)
+                            else reader.read(image))
+        start = time.perf_counter()
+        found = resolve_point(spec, images[name], (0, 0), (0, 0, W, H), DEFAULT_SCALES,
+                              DEFAULT_MIN_SCORE, text)
+        times.append(read_ms[name] + (time.perf_counter() - start) * 1000)
+        tally[f"{mode}: searches"] += 1
+        tally[f"{mode}: expect"] += not may_refuse
+        what = f"{name} {mode} {spec.by_text!r}"
+        if found.found:
+            point = (found.x or 0, found.y or 0)
+            if expected is not None and inside(expected, point):
+                tally[f"{mode}: {'twins right' if may_refuse else 'right'}"] += 1
+            else:
+                tally["wrong-control clicks"] += 1
+                misses.append(f"WRONG {what} -> {point} ({found.detail})")
+        elif not may_refuse:
+            misses.append(f"miss  {what}: {found.error} {(found.detail or '')[:200]}")
+        else:
+            tally[f"{mode}: no click"] += 1
+            tally["ambiguous_target"] += found.error == "ambiguous_target"
+    print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
+          "labelled controls (fr/en, 2 fonts, 100/125/150 %, recorded and moved layouts); "
+          f"Tesseract {reader.version} fra+eng")
+    # Searches where a click was expected (a twin without anchor may rightly not click).
+    expect = {m: tally[f"{m}: expect"] for m in MODES}
+    right = sum(tally[f"{m}: right"] for m in MODES)
+    total = sum(expect[m] for m in MODES)
+    print(f"found on the right control: {right}/{total} = {100 * right / max(total, 1):.1f} %"
+          " (" + ", ".join(f"{m} {tally[f'{m}: right']}/{expect[m]}" for m in MODES) + ")")
+    print(f"wrong-control clicks: {tally['wrong-control clicks']}")
+    refused = sum(tally[f"{m}: no click"] for m in MODES)
+    print(f"ambiguous handled: text on screen twice, no click {refused} (ambiguous_target "
+          f"{tally['ambiguous_target']}), twins told apart by position "
+          f"{sum(tally[f'{m}: twins right'] for m in MODES)}; absent text, no click "
+          f"{tally['absent: no click']}/{tally['absent: searches']}")
+    print(f"time per search: p50 {statistics.median(times):.0f} ms, p90 "
+          f"{statistics.quantiles(times, n=10)[-1]:.0f} ms; floor (capture 1920x1080 + "
+          f"grey) p50 {floor:.1f} ms")
+    for line in misses if args.verbose else misses[:15]:
+        print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Text grounding decisions (agent/grounding/text.py) and the text method of the desktop
+executor's resolution (agent/executors/desktop_target.py), on words given directly; the
+OCR itself is tested on a recorded screen at the end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from agent.executors.desktop_config import ConfigError, DesktopConfig
+from agent.executors.desktop_target import TextSettings, resolution_order, resolve_point
+from agent.grounding.text import (
+    Candidate,
+    Word,
+    candidates,
+    decide,
+    look_again_boxes,
+    normalise,
+    phrases,
+    twin_seen_again,
+)
+from messages.workflow import TargetSpec
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "grounding"
+
+
+def word(text: str, x: int, y: int, line: int, conf: float = 0.95, h: int = 12) -> Word:
+    return Word(text, conf, (x, y, 8 * len(text), h), line)
+
+
+def test_normalise_folds_case_accents_ligatures_punctuation_and_spaces() -> None:
+    assert normalise("  ENREGISTRER… ") == "enregistrer"
+    assert normalise("Cœur et vaisseaux") == "coeur et vaisseaux"
+    assert normalise("Reçu à l'accueil") == "recu a l accueil"
+    assert normalise("Numéro de séjour :") == "numero de sejour"
+    assert normalise("Élève Ærosol") == "eleve aerosol"
+
+
+def test_words_far_apart_on_a_line_are_two_phrases() -> None:
+    words = [word("OK", 100, 10, 0), word("Annuler", 160, 10, 0),
+             word("Rechercher", 400, 10, 1), word("un", 484, 10, 1),
+             word("patient", 504, 10, 1)]
+    assert [[w.text for w in p] for p in phrases(words)] == \
+        [["OK"], ["Annuler"], ["Rechercher", "un", "patient"]]
+
+
+def test_a_label_matches_a_whole_phrase_not_a_piece_of_another() -> None:
+    words = [word("Enregistrer", 100, 10, 0), word("sous...", 192, 10, 0),
+             word("Notes", 100, 60, 1), word("medicales", 144, 60, 1)]
+    ranked = candidates(words, "Enregistrer")
+    assert ranked[0].text == "Enregistrer sous..." and ranked[0].score < 0.8
+    assert decide(ranked, "Enregistrer").error == "target_not_found"
+    # Accents lost by the OCR and an OCR split inside a word still match.
+    assert candidates(words, "Notes médicales")[0].score == 1.0
+    split = [word("Enre", 10, 10, 0), word("gistrer", 46, 10, 0)]
+    assert candidates(split, "Enregistrer")[0].score == 1.0
+
+
+def test_one_good_place_is_chosen_and_a_failure_says_what_was_seen() -> None:
+    words = [word("Enregistrer", 100, 10, 0), word("Supprimer", 300, 10, 1)]
+    d = decide(candidates(words, "Enregistrer"), "Enregistrer")
+    assert d.chosen is not None and d.chosen.box == (100, 10, 88, 12)
+    miss = decide(candidates(words, "Imprimer"), "Imprimer")
+    assert miss.chosen is None and miss.error == "target_not_found"
+    assert "seen 'Supprimer'" in (miss.detail or "")
+
+
+TWINS = [word("OK", 100, 100, 0), word("OK", 900, 700, 1)]
+
+
+def test_twins_without_anything_to_tell_them_apart_are_ambiguous() -> None:
+    d = decide(candidates(TWINS, "OK"), "OK")
+    assert d.chosen is None and d.error == "ambiguous_target"
+    assert "2 places" in (d.detail or "")
+
+
+def test_the_recorded_position_tells_far_twins_apart_only_when_one_is_still_there() -> None:
+    found = candidates(TWINS, "OK")
+    d = decide(found, "OK", recorded=(905, 705))
+    assert d.chosen is not None and d.chosen.box[0] == 900 and d.tie_broken_by == "position"
+    # Neither is where it was recorded: the form changed, the position proves nothing.
+    assert decide(found, "OK", recorded=(500, 400)).error == "ambiguous_target"
+    # Twins a row apart swap places when a form is rearranged: never by position.
+    near = candidates([word("OK", 100, 100, 0), word("OK", 100, 140, 1)], "OK")
+    assert decide(near, "OK", recorded=(108, 146)).error == "ambiguous_target"
+
+
+def test_the_anchor_breaks_ties_and_must_agree_with_the_text() -> None:
+    found = candidates(TWINS, "OK")
+    d = decide(found, "OK", anchor=(880, 690, 60, 30))
+    assert d.chosen is not None and d.chosen.box[0] == 900 and d.tie_broken_by == "anchor"
+    # One place read, the anchor elsewhere (a twin the OCR misread?): no click.
+    alone = candidates(TWINS[:1], "OK")
+    assert decide(alone, "OK", anchor=(880, 690, 60, 30)).error == "ambiguous_target"
+
+
+def test_reading_again_at_the_recorded_position_catches_a_misread_twin() -> None:
+    chosen = Candidate("OK", 1.0, 0.9, (100, 100, 16, 12))
+    assert look_again_boxes(chosen, (108, 106), (1920, 1080)) == []  # it is still there
+    boxes = look_again_boxes(chosen, (600, 500), (1920, 1080))
+    assert boxes and all(b[0] <= 600 <= b[0] + b[2] and b[1] <= 500 <= b[1] + b[3]
+                         for b, _scale in boxes)
+    again = candidates([word("OK", 596, 494, 0)], "OK")
+    d = twin_seen_again(chosen, again, "OK", 0.8)
+    assert d is not None and d.error == "ambiguous_target"
+    assert twin_seen_again(chosen, candidates([word("Annuler", 596, 494, 0)], "OK"),
+                           "OK", 0.8) is None
+
+
+def test_a_text_target_never_falls_back_to_its_recorded_position() -> None:
+    assert resolution_order(TargetSpec(by_text="OK", x_pct=0.5, y_pct=0.5)) == ["ocr"]
+    assert resolution_order(TargetSpec(by_text="OK", resolve_order=["ocr", "position"])) == \
+        ["ocr"]
+    assert resolution_order(TargetSpec(by_text="OK", anchor_image_base64="x",
+                                       resolve_order=["template", "position"])) == \
+        ["template", "ocr"]
+    assert resolution_order(TargetSpec(x_pct=0.5, y_pct=0.5)) == ["position"]
+    img = Image.new("RGB", (200, 100), "white")
+    spec = TargetSpec(by_text="Valider", x_pct=0.5, y_pct=0.5)
+    none = resolve_point(spec, img, (0, 0), (0, 0, 200, 100), (1.0,), 0.85,
+                         TextSettings(lambda _i: [word("Annuler", 10, 10, 0)]))
+    assert not none.found and none.error == "target_not_found" and none.method == "ocr"
+    no_engine = resolve_point(spec, img, (0, 0), (0, 0, 200, 100), (1.0,), 0.85,
+                              TextSettings(None, unavailable="tesserocr missing"))
+    assert not no_engine.found and "tesserocr missing" in (no_engine.detail or "")
+
+    def broken(_image: Image.Image) -> list[Word]:
+        raise RuntimeError("engine crashed")
+
+    failed = resolve_point(spec, img, (0, 0), (0, 0, 200, 100), (1.0,), 0.85,
+                           TextSettings(broken))
+    assert failed.error == "target_not_found" and "engine crashed" in (failed.detail or "")
+
+
+def test_the_point_and_box_are_offset_to_desktop_coordinates_negative_origins_too() -> None:
+    img = Image.new("RGB", (1280, 1024), "white")
+    words = [word("Enregistrer", 400, 300, 0)]
+    found = resolve_point(TargetSpec(by_text="enregistrer"), img, (-1280, -200),
+                          (-1280, -200, 1280, 1024), (1.0,), 0.85, TextSettings(lambda _i: words))
+    assert found.found and found.method == "ocr" and found.score == 1.0
+    assert (found.x, found.y) == (-1280 + 444, -200 + 306)
+    assert found.box == (-880, 100, 88, 12)
+
+
+def test_tesseract_reads_a_recorded_screen_french_accents_included() -> None:
+    """The real engine on a real screen (bench/grounding_record.py): a few French labels
+    are found inside the box Tk reported for their control."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    labels = json.loads((DATA / "labels.json").read_text())["screens"]
+    screen = next(s for s in labels if s["image"] == "fr-dejavu-125-moved.png")
+    reader = TesseractReader()
+    try:
+        words = reader.read(Image.open(DATA / screen["image"]))
+    finally:
+        reader.close()
+    for text in ("Enregistrer", "Notes médicales", "Cœur et vaisseaux", "Reçu à l'accueil"):
+        x, y, w, h = next(c["box"] for c in screen["controls"] if c["text"] == text)
+        d = decide(candidates(words, text), text)
+        assert d.chosen is not None, (text, d.detail)
+        cx, cy = d.chosen.centre
+        assert x <= cx <= x + w and y <= cy <= y + h, (text, d.chosen)
+    assert decide(candidates(words, "Valider la prescription"), "x").chosen is None
+
+
+def test_a_twin_misread_on_the_full_screen_is_seen_again_where_it_was_recorded() -> None:
+    """On this recorded screen Tesseract reads the second "OK" as "fe)": searching that
+    one by text and recorded position must not click the first "OK"."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    labels = json.loads((DATA / "labels.json").read_text())["screens"]
+    screen = next(s for s in labels if s["image"] == "fr-liberation-100-recorded.png")
+    _first, second = [c["box"] for c in screen["controls"] if c["text"] == "OK"]
+    x, y, w, h = second
+    image = Image.open(DATA / screen["image"])
+    reader = TesseractReader()
+    try:
+        found = resolve_point(TargetSpec(by_text="OK", x_pct=(x + w / 2) / 1920,
+                                         y_pct=(y + h / 2) / 1080), image, (0, 0),
+                              (0, 0, 1920, 1080), (1.0,), 0.85, TextSettings(reader.read))
+    finally:
+        reader.close()
+    if found.found:  # read right this time: then on the right one
+        assert x <= (found.x or 0) <= x + w and y <= (found.y or 0) <= y + h
+    else:
+        assert found.error == "ambiguous_target", found
+
+
+def test_ocr_settings_from_the_environment_and_their_errors() -> None:
+    cfg = DesktopConfig.from_env({"LEA_OCR_LANGS": "fra", "LEA_OCR_MIN_SCORE": "0.9",
+                                  "LEA_OCR_MARGIN": "0.2", "LEA_OCR_TESSDATA": "/opt/td"})
+    assert (cfg.ocr_langs, cfg.ocr_min_score, cfg.ocr_margin, cfg.ocr_tessdata) == \
+        ("fra", 0.9, 0.2, "/opt/td")
+    for name, value in [("LEA_OCR_MIN_SCORE", "0"), ("LEA_OCR_MARGIN", "1"),
+                        ("LEA_OCR_LANGS", "fra;rm -rf")]:
+        with pytest.raises(ConfigError, match=name):
+            DesktopConfig.from_env({name: value})

@@ -85,7 +85,8 @@ def report_body(d: Dispatch, executed_at: float) -> dict[str, Any]:
             "attempt_id": d.attempt_id, "success": True, "error": None, "warning": None,
             "screenshot_before": None, "screenshot_after": None, "actual_position": None,
             "resolution_method": None, "resolution_score": None,
-            "resolution_elapsed_ms": None, "target_description": None, "target_spec": None,
+            "resolution_elapsed_ms": None, "resolution_box": None, "target_description": None,
+            "target_spec": None,
             "correction": None, "system_dialog": None, "needs_human": False,
             "executed_at": executed_at}
 

@@ -36,6 +36,7 @@ from actors.loop_detector.clip import Vector, cosine
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.pixel import BadScreenshot, Frame
 from actors.loop_detector.screen_history import ScreenHistory
+from actors.loop_detector.site import Box, Site, box_mask, site_of
 from messages import events
 from messages.loop import LOOP_DETECTED, LoopVerdict, ObserveStep
 
@@ -91,6 +92,8 @@ class _Rings:
     vectors: deque[Vector | None]
     steps: deque[_Step]
     last: tuple[str, LoopVerdict] | None = None  # the last action observed, its verdict
+    typed: Box | None = None  # where keyboard input last went
+    site: str = ""  # where the last step acted, for people
 
     def restart(self) -> None:
         """After a positive verdict: new runs start from the current screen; what the
@@ -193,7 +196,8 @@ class LoopDetectorCore:
             # The same report observed again (a client's retry): same answer, no change.
             return Outcome(known.last[1])
         performed = step.success and step.action_type in INPUT_TYPES
-        if not performed and known is None and self._retry_threshold(step) is None:
+        waited = step.success and step.action_type == "wait" and step.screenshot_after is not None
+        if not (performed or waited) and known is None and self._retry_threshold(step) is None:
             # A wait, a verify_screen or a failure of a replay with nothing kept: only C
             # could fire, and it did not; nothing to keep either (a duplicate gets the same
             # answer). No rings are made (nor another replay's evicted) for it.
@@ -202,7 +206,7 @@ class LoopDetectorCore:
         frame: Frame | None = None
         vector: Vector | None = None
         broken = False  # the embedder raised: the screen's continuity is lost
-        if performed and step.screenshot_after is not None and self.pixel is not None:
+        if (performed or waited) and step.screenshot_after is not None and self.pixel is not None:
             try:
                 frame = self.pixel.frame(step.screenshot_after)
             except BadScreenshot:
@@ -228,7 +232,13 @@ class LoopDetectorCore:
             rings.screen.reset()
             rings.vectors.clear()
         elif frame is not None:
-            transition = rings.screen.push(frame)
+            site: Site | None = site_of(step, rings.typed) if performed else None
+            if site is not None and site.typed is not None:
+                rings.typed = site.typed
+            rings.site = site.label if site is not None else (
+                "wait" if waited else step.action_type)
+            mask = None if site is None else box_mask(site.boxes, rings.screen.tiles(frame))
+            transition = rings.screen.push(frame, mask, observation=waited)
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)
@@ -256,8 +266,10 @@ class LoopDetectorCore:
         judged = rings.screen.judge()
         if judged.static_run < n - 1:
             return None
-        evidence: dict[str, Any] = {"captures": n, "ignored_tiles": judged.ignored_tiles,
-                                    "embedder": "pixel"}
+        evidence: dict[str, Any] = {"captures": n, "last_step": rings.site,
+                                    "changed_at_site": judged.at_site,
+                                    "ignored_tiles": judged.ignored_tiles,
+                                    "ignored_region": judged.region, "embedder": "pixel"}
         recent = list(rings.vectors)[-n:]
         pairs = [(a, b) for a, b in itertools.pairwise(recent)
                  if a is not None and b is not None]

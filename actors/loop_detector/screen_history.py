@@ -70,6 +70,12 @@ class HistoryParams:
     big_fraction: float = 0.01
     """A change to new content over this fraction of the tiles is progress anyway."""
     big_min: int = 12
+    ambient_reach: int = 1
+    """Tiles around a place seen changing by itself that are ignored too (a second hand
+    or a spinner moves a little between two captures)."""
+    wait_min: int = 16
+    """During a wait, this many changed tiles outside the places that change by themselves
+    are progress (a window or a message appeared)."""
 
 
 DEFAULT_HISTORY = HistoryParams()
@@ -80,6 +86,11 @@ class Transition:
     serial: int
     changed: Mask
     progress: bool
+    at_site: int = -1
+    """Tiles that changed where the action acted, -1 when no site was known (a wait)."""
+    ignored: int = 0
+    """Of those (or, in a wait, of all), the tiles ignored: places seen changing by
+    themselves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,33 @@ class Judgement:
     """Most recent transitions in a row without progress."""
     ignored_tiles: int
     """Tiles that changed during that run (each had changed before: clocks, carets...)."""
+    at_site: int = 0
+    """Of them, tiles where the actions acted (all ignored: seen changing by themselves)."""
+    region: tuple[float, float, float, float] | None = None
+    """The box around the changes ignored during the run, as fractions of the screen."""
+
+
+def dilate(mask: Mask, reach: int) -> Mask:
+    """``mask`` grown by ``reach`` tiles in every direction (a square neighbourhood)."""
+    out = mask.copy()
+    for _ in range(reach):
+        grown = out.copy()
+        grown[1:] |= out[:-1]
+        grown[:-1] |= out[1:]
+        grown[:, 1:] |= grown[:, :-1].copy()
+        grown[:, :-1] |= grown[:, 1:].copy()
+        out = grown
+    return out
+
+
+def _box(mask: Mask) -> tuple[float, float, float, float] | None:
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    h, w = mask.shape
+    return (round(cols[0] / w, 3), round(rows[0] / h, 3),
+            round((cols[-1] + 1 - cols[0]) / w, 3), round((rows[-1] + 1 - rows[0]) / h, 3))
 
 
 class ScreenHistory:
@@ -106,6 +144,7 @@ class ScreenHistory:
         self.frames: deque[Frame] = deque(maxlen=ring_size)
         self.transitions: deque[Transition] = deque(maxlen=ring_size - 1)
         self._changes: npt.NDArray[np.uint16] | None = None  # bit i: changed i transitions ago
+        self._ambient: npt.NDArray[np.uint16] | None = None  # ... by itself, i transitions ago
         self._blocks: npt.NDArray[np.uint8] | None = None  # the same, per block
         self._seen = 0  # transitions since the last reset
         self._serial = 0
@@ -121,7 +160,7 @@ class ScreenHistory:
         """Forget everything (another screen size, or the embedder failed)."""
         self.frames.clear()
         self.transitions.clear()
-        self._changes = self._blocks = None
+        self._changes = self._blocks = self._ambient = None
         self._seen = 0
 
     def cut(self) -> None:
@@ -129,8 +168,17 @@ class ScreenHistory:
         a pause), while the tiles' activity is kept (a clock is still a clock)."""
         self._cut = self._serial
 
-    def push(self, frame: Frame) -> int | None:
-        """Add the frame after a step; the serial of the transition it makes, if any."""
+    def tiles(self, frame: Frame) -> tuple[int, int]:
+        """The tile grid of ``frame``."""
+        t = self.pixel.tile
+        return -(-frame.shape[0] // t), -(-frame.shape[1] // t)
+
+    def push(self, frame: Frame, site: Mask | None = None, observation: bool = False
+             ) -> int | None:
+        """Add the frame after a step; the serial of the transition it makes, if any.
+
+        ``site``: the tiles where the step's action acted (site.py), None if unknown;
+        ``observation``: the step was a wait (it acted nowhere)."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
@@ -139,22 +187,40 @@ class ScreenHistory:
         level = self.pixel.level
         p = self.params
         changed: Mask = tile_difference(self.frames[-1], frame, self.pixel) > level
-        if self._changes is None or self._blocks is None:
+        if self._changes is None or self._blocks is None or self._ambient is None:
             self._changes = np.zeros(changed.shape, np.uint16)
+            self._ambient = np.zeros(changed.shape, np.uint16)
             blocks = tile_max(changed.view(np.uint8), p.block)
             self._blocks = np.zeros(blocks.shape, np.uint8)
         window = np.uint16((1 << min(self._seen, p.memory)) - 1)
-        fresh = (self._changes & window) == 0
-        first = changed & fresh
         block_changed = tile_max(changed.view(np.uint8), p.block).astype(bool)
         hot = _popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
         cool = np.repeat(np.repeat(~hot, p.block, axis=0), p.block,
                          axis=1)[:changed.shape[0], :changed.shape[1]]
-        progress = bool((first & cool).any())
+        # Places seen changing by themselves (in a wait, or away from where steps acted).
+        noisy = dilate((self._ambient & window) != 0, p.ambient_reach)
+        at_site, ignored = -1, 0
+        if observation:
+            loose = changed & ~noisy
+            ignored = int(np.count_nonzero(changed & noisy))
+            progress = int(np.count_nonzero(loose)) >= p.wait_min
+            ambient_now = changed
+        elif site is not None:
+            here = changed & site
+            at_site = int(np.count_nonzero(here))
+            ignored = int(np.count_nonzero(here & noisy))
+            progress = at_site > ignored
+            ambient_now = changed & ~site
+        else:
+            # Nowhere known: the whole screen, where a change is progress when it lands on
+            # tiles that had not changed lately, outside blocks that keep changing.
+            fresh = (self._changes & window) == 0
+            progress = bool((changed & fresh & cool & ~noisy).any())
+            ambient_now = np.zeros_like(changed)
         renewed = False
         big = max(p.big_min, math.ceil(p.big_fraction * changed.size))
-        if int(np.count_nonzero(changed)) >= big:
-            novel = changed.copy()
+        if int(np.count_nonzero(changed & ~noisy)) >= big:
+            novel = changed & ~noisy
             for older in list(self.frames)[:-1]:
                 novel &= tile_difference(older, frame, self.pixel) > level
             renewed = int(np.count_nonzero(novel)) >= big
@@ -164,14 +230,16 @@ class ScreenHistory:
         blocks = ((self._blocks << 1) | block_changed).astype(np.uint8)
         if renewed:
             # A new screen or dialog: its tiles start afresh (typing into it is progress);
-            # not the hot blocks (a clock) that changed meanwhile.
+            # not the hot blocks (a clock) that changed meanwhile; it is no noise either.
             changes[changed & cool] = 0
             blocks[block_changed & ~hot] = 0
+            ambient_now = ambient_now & noisy
+        self._ambient = ((self._ambient << 1) | ambient_now).astype(np.uint16)
         self._changes, self._blocks = changes, blocks
         self._seen += 1
         self._serial += 1
         self.frames.append(frame)
-        self.transitions.append(Transition(self._serial, changed, progress))
+        self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored))
         return self._serial
 
     def progressed(self, serial: int) -> bool | None:
@@ -181,11 +249,14 @@ class ScreenHistory:
 
     def judge(self) -> Judgement:
         """How many of the latest transitions (since the last cut), in a row, made no
-        progress."""
-        run, ignored = 0, None
+        progress, and what changed meanwhile."""
+        run, ignored, at_site = 0, None, 0
         for t in reversed(self.transitions):
             if t.serial <= self._cut or t.progress:
                 break
             run += 1
+            at_site += max(0, t.at_site)
             ignored = t.changed.copy() if ignored is None else ignored | t.changed
-        return Judgement(run, 0 if ignored is None else int(np.count_nonzero(ignored)))
+        if ignored is None:
+            return Judgement(run, 0)
+        return Judgement(run, int(np.count_nonzero(ignored)), at_site, _box(ignored))

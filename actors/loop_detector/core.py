@@ -238,7 +238,8 @@ class LoopDetectorCore:
             rings.site = site.label if site is not None else (
                 "wait" if waited else step.action_type)
             mask = None if site is None else box_mask(site.boxes, rings.screen.tiles(frame))
-            transition = rings.screen.push(frame, mask, observation=waited)
+            transition = rings.screen.push(frame, mask, observation=waited,
+                                           novel_only=step.action_type == "key_combo")
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)

@@ -126,8 +126,9 @@ def _box(mask: Mask) -> tuple[float, float, float, float] | None:
         return None
     cols = np.flatnonzero(mask.any(axis=0))
     h, w = mask.shape
-    return (round(cols[0] / w, 3), round(rows[0] / h, 3),
-            round((cols[-1] + 1 - cols[0]) / w, 3), round((rows[-1] + 1 - rows[0]) / h, 3))
+    return (round(float(cols[0]) / w, 3), round(float(rows[0]) / h, 3),
+            round(float(cols[-1] + 1 - cols[0]) / w, 3),
+            round(float(rows[-1] + 1 - rows[0]) / h, 3))
 
 
 class ScreenHistory:
@@ -173,12 +174,14 @@ class ScreenHistory:
         t = self.pixel.tile
         return -(-frame.shape[0] // t), -(-frame.shape[1] // t)
 
-    def push(self, frame: Frame, site: Mask | None = None, observation: bool = False
-             ) -> int | None:
+    def push(self, frame: Frame, site: Mask | None = None, observation: bool = False,
+             novel_only: bool = False) -> int | None:
         """Add the frame after a step; the serial of the transition it makes, if any.
 
         ``site``: the tiles where the step's action acted (site.py), None if unknown;
-        ``observation``: the step was a wait (it acted nowhere)."""
+        ``observation``: the step was a wait (it acted nowhere); ``novel_only``: at the
+        site, only content no frame of the ring showed counts (a key pressed where the
+        caret blinks: the caret going back to a state seen is no progress)."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
@@ -198,7 +201,13 @@ class ScreenHistory:
         cool = np.repeat(np.repeat(~hot, p.block, axis=0), p.block,
                          axis=1)[:changed.shape[0], :changed.shape[1]]
         # Places seen changing by themselves (in a wait, or away from where steps acted).
-        noisy = dilate((self._ambient & window) != 0, p.ambient_reach)
+        ambient = (self._ambient & window) != 0
+        # ... and the blocks around them: what moves by itself (top's numbers, a second
+        # hand, a spinner) keeps moving into tiles next to those seen.
+        zone = dilate(tile_max(ambient.view(np.uint8), p.block).astype(bool), 1)
+        noisy = dilate(ambient, p.ambient_reach) | np.repeat(
+            np.repeat(zone, p.block, axis=0), p.block, axis=1)[:changed.shape[0],
+                                                               :changed.shape[1]]
         at_site, ignored = -1, 0
         if observation:
             loose = changed & ~noisy
@@ -207,6 +216,9 @@ class ScreenHistory:
             ambient_now = changed
         elif site is not None:
             here = changed & site
+            if novel_only:
+                for older in list(self.frames)[:-1]:
+                    here &= tile_difference(older, frame, self.pixel) > level
             at_site = int(np.count_nonzero(here))
             ignored = int(np.count_nonzero(here & noisy))
             progress = at_site > ignored
@@ -233,7 +245,11 @@ class ScreenHistory:
             # not the hot blocks (a clock) that changed meanwhile; it is no noise either.
             changes[changed & cool] = 0
             blocks[block_changed & ~hot] = 0
-            ambient_now = ambient_now & noisy
+            # Unless it keeps renewing: content new at two transitions in a row (top's
+            # numbers) is moving by itself, a dialog opens once.
+            last = self.transitions[-1].changed if self.transitions else None
+            again = last if last is not None and last.shape == changed.shape else noisy
+            ambient_now = ambient_now & (noisy | again)
         self._ambient = ((self._ambient << 1) | ambient_now).astype(np.uint16)
         self._changes, self._blocks = changes, blocks
         self._seen += 1

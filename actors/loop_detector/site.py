@@ -34,8 +34,9 @@ POINT_HALF: Final = (0.10, 0.04)
 SCROLL_HALF: Final = (0.08, 0.10)
 TEXT_HALF_H: Final = 0.03
 """Half height of the row of text judged for typing."""
-SMALL_FOCUS: Final = 0.12
-"""A focus box up to this fraction of the screen is a control (or a small window)."""
+SMALL_FOCUS: Final = 0.02
+"""A focus box up to this fraction of the screen is a control or a caret (Win32); a larger
+one is a whole window (X11), judged only when nothing finer is known."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,9 +237,12 @@ class LoopDetectorCore:
                 rings.typed = site.typed
             rings.site = site.label if site is not None else (
                 "wait" if waited else step.action_type)
-            mask = None if site is None else box_mask(site.boxes, rings.screen.tiles(frame))
-            transition = rings.screen.push(frame, mask, observation=waited,
-                                           novel_only=step.action_type == "key_combo")
+            grid = rings.screen.tiles(frame)
+            mask = None if site is None else box_mask(site.boxes, grid)
+            window = step.site.window if step.site is not None and performed else None
+            transition = rings.screen.push(
+                frame, mask, observation=waited, novel_only=step.action_type == "key_combo",
+                acted_in=None if window is None else box_mask((window,), grid))
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)

@@ -175,13 +175,14 @@ class ScreenHistory:
         return -(-frame.shape[0] // t), -(-frame.shape[1] // t)
 
     def push(self, frame: Frame, site: Mask | None = None, observation: bool = False,
-             novel_only: bool = False) -> int | None:
+             novel_only: bool = False, acted_in: Mask | None = None) -> int | None:
         """Add the frame after a step; the serial of the transition it makes, if any.
 
         ``site``: the tiles where the step's action acted (site.py), None if unknown;
         ``observation``: the step was a wait (it acted nowhere); ``novel_only``: at the
         site, only content no frame of the ring showed counts (a key pressed where the
-        caret blinks: the caret going back to a state seen is no progress)."""
+        caret blinks: the caret going back to a state seen is no progress); ``acted_in``:
+        the tiles of the window acted in, if known."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
@@ -204,10 +205,7 @@ class ScreenHistory:
         ambient = (self._ambient & window) != 0
         # ... and the blocks around them: what moves by itself (top's numbers, a second
         # hand, a spinner) keeps moving into tiles next to those seen.
-        zone = dilate(tile_max(ambient.view(np.uint8), p.block).astype(bool), 1)
-        noisy = dilate(ambient, p.ambient_reach) | np.repeat(
-            np.repeat(zone, p.block, axis=0), p.block, axis=1)[:changed.shape[0],
-                                                               :changed.shape[1]]
+        noisy = dilate(ambient, p.ambient_reach) | self._zone(ambient)
         at_site, ignored = -1, 0
         if observation:
             loose = changed & ~noisy
@@ -231,8 +229,16 @@ class ScreenHistory:
             ambient_now = np.zeros_like(changed)
         renewed = False
         big = max(p.big_min, math.ceil(p.big_fraction * changed.size))
-        if int(np.count_nonzero(changed & ~noisy)) >= big:
-            novel = changed & ~noisy
+        last = self.transitions[-1].changed if self.transitions else None
+        if last is not None and last.shape != changed.shape:
+            last = None
+        candidates = changed & ~noisy
+        if acted_in is not None and last is not None:
+            # Away from the window acted in, content renewing at two transitions in a row
+            # (another program's display: top) is no new screen; a dialog opens once.
+            candidates &= acted_in | ~self._zone(last)
+        if int(np.count_nonzero(candidates)) >= big:
+            novel = candidates
             for older in list(self.frames)[:-1]:
                 novel &= tile_difference(older, frame, self.pixel) > level
             renewed = int(np.count_nonzero(novel)) >= big
@@ -247,8 +253,7 @@ class ScreenHistory:
             blocks[block_changed & ~hot] = 0
             # Unless it keeps renewing: content new at two transitions in a row (top's
             # numbers) is moving by itself, a dialog opens once.
-            last = self.transitions[-1].changed if self.transitions else None
-            again = last if last is not None and last.shape == changed.shape else noisy
+            again = last if last is not None else noisy
             ambient_now = ambient_now & (noisy | again)
         self._ambient = ((self._ambient << 1) | ambient_now).astype(np.uint16)
         self._changes, self._blocks = changes, blocks
@@ -257,6 +262,14 @@ class ScreenHistory:
         self.frames.append(frame)
         self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored))
         return self._serial
+
+    def _zone(self, mask: Mask) -> Mask:
+        """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""
+        b = self.params.block
+        zone = dilate(tile_max(mask.view(np.uint8), b).astype(bool), 1)
+        grown: Mask = np.repeat(np.repeat(zone, b, axis=0), b, axis=1)[:mask.shape[0],
+                                                                        :mask.shape[1]]
+        return grown
 
     def progressed(self, serial: int) -> bool | None:
         """Whether transition ``serial`` was progress; None if it is no longer remembered."""

@@ -1,33 +1,39 @@
 """Did the screen make progress? One replay's recent frames, judged tile by tile.
 
-What changes on a screen whatever the agent does (a clock, a blinking caret, a spinner, a
-notification counter) keeps changing in the same few places. What an agent's step changes
-lands in new places: characters typed appear further right at each step, a tick or a new
-row appears once. A transition (the screen after one step against the screen after the
-step before) is *progress* when:
+Tiles are 8x8 screen pixels (pixel.py); a transition is the screen after one step against
+the screen after the step before. Each transition is judged when it arrives, from what
+came before it only: a step's progress is never taken back by what the screen does later.
 
-- a tile (8x8 screen pixels) changed for the first time within the remembered transitions
-  (``memory``, 16): a blinking caret, a clock digit, a counter change their tiles for the
-  first time once, then never count again while remembered; and that tile is not in a
-  *hot* block (40x40 screen pixels) that changed at two of the three transitions before:
-  a spinner or a seconds display light up new tiles of their block for a while, each of
-  them once, inside a block that changes all the time; or
-- a large area (≥ 1 % of the tiles) changed to content that no frame of the ring showed
-  there: a list scrolled, a new screen. Many tiles at once are not a clock; going back to
-  a state already seen (a dialog opened and closed over and over) is no progress. The
-  tiles of such a new area start afresh: typing into a dialog just opened is progress.
+Where the step acted is known (site.py: the point clicked, the focus, the window): the
+step is progress when a tile changed *there* that is not a place seen changing by itself.
+Places seen changing by themselves are the tiles that changed away from where steps acted
+and everything that changed during a wait, remembered for ``memory`` (16) transitions,
+with the tiles around them (``ambient_reach``) and the 40-pixel blocks around them: an
+analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to those
+seen. A click's box or the row typed into is small, so a clock elsewhere never counts;
+one inside it counts until it has been seen ticking while steps acted elsewhere or during
+a wait. A key pressed needs content no frame of the ring showed (a blinking caret goes
+back to a state seen). A wait is progress when ``wait_min`` tiles changed outside those
+places (a window or a message appeared).
 
-Each transition is judged when it arrives, from what came before it only: a step's
-progress is never taken back by what the screen does later.
+Nowhere known (an older agent, a step without point or focus): the whole screen, where a
+change is progress when it lands on tiles that had not changed in the 16 transitions
+before, outside blocks that changed at two of the three transitions before (a clock, a
+blinking caret, a counter light up their tiles once, then never count again).
 
-A clock's minute digit changes once a minute, a counter now and then: such a change counts
-as progress, which can delay a pause by a few steps, never cause one. The cost of the rule:
-a step whose only change is in place of an earlier one (a "+" button's counter, a field
-retyped over its old text, one more character in a block being typed into) is not
-progress; three such steps in a row look like a stuck screen.
+Anywhere, a large area (>= 1 % of the tiles) changed to content that no frame of the ring
+showed is progress: a list scrolled, a new screen, a dialog; going back to a state already
+seen (a dialog opened and closed over and over) is not; nor is another window's content
+renewing at two transitions in a row (``top``). A new area is no noise, and its tiles start
+afresh: typing into a dialog just opened is progress.
+
+The cost: a change in place of an earlier one with no site known (a "+" button's counter
+far from the point, a field retyped over its old text) is not progress; three such steps
+look like a stuck screen. Noise seen for the first time counts as progress (a replay's
+first steps beside ``top``): a pause can come a step or two late, never early.
 
 Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
-of their transitions, a 16-bit register per tile and an 8-bit one per block.
+of their transitions, two 16-bit registers per tile and an 8-bit one per block.
 """
 
 from __future__ import annotations
@@ -205,7 +211,8 @@ class ScreenHistory:
         ambient = (self._ambient & window) != 0
         # ... and the blocks around them: what moves by itself (top's numbers, a second
         # hand, a spinner) keeps moving into tiles next to those seen.
-        noisy = dilate(ambient, p.ambient_reach) | self._zone(ambient)
+        noisy = (dilate(ambient, p.ambient_reach) | self._zone(ambient) if ambient.any()
+                 else ambient)
         at_site, ignored = -1, 0
         if observation:
             loose = changed & ~noisy

@@ -1,20 +1,22 @@
 """The loop detector's decisions: three signals over bounded per-replay rings (spec/01 §5).
 
 - A ``screen_static``: ``RPA_LOOP_SCREEN_STATIC_N`` captures in a row with no progress
-  between them (pixel measure, screen_history.py; with ``clip``, CLIP may veto, clip.py).
+  between them, judged first where each action acted (site.py, screen_history.py; with
+  ``clip``, CLIP may veto, clip.py). Waits are captures too: waiting for a screen that
+  never comes is stuck.
 - B ``action_repeat``: ``RPA_LOOP_ACTION_REPEAT_N`` identical actions in a row (type,
-  target, parameters, position) that changed nothing on screen. Where no frame tells, the
-  identity alone decides, as in the spec. Pressing Tab three times moves the focus each
-  time: that is progress, not a loop.
+  target, parameters, position) that changed nothing where they acted. Where no frame
+  tells, the identity alone decides, as in the spec. Pressing Tab three times moves the
+  focus each time: that is progress, not a loop.
 - C ``retry_threshold``: a failed step retried ``RPA_LOOP_RETRY_THRESHOLD`` times.
 
-One positive signal is enough; they are tried in that order. A and B look only at inputs
-that were performed (a successful click, double/right click, type, key_combo, scroll):
-``wait`` and ``verify_screen`` are not expected to change the screen, and failed attempts
-are C's business. After a positive verdict the runs start again from the current screen,
+One positive signal is enough; they are tried in that order. A looks at inputs that were
+performed (a successful click, double/right click, type, key_combo, scroll) and at waits;
+B at performed inputs only; ``verify_screen`` is not judged, and failed attempts are C's
+business. After a positive verdict the runs start again from the current screen,
 so after a person resumes, N-1 more steps without progress are needed for another pause.
 
-A replay's rings are made at its first performed input (or positive verdict) and freed by
+A replay's rings are made at its first performed input or wait (or positive verdict), freed by
 ``forget``, or by the LRU beyond ``RPA_LOOP_MAX_REPLAYS``.
 
 No sockets and no clock here: the shell (process.py) feeds observations and publishes the

@@ -44,7 +44,7 @@ class Desk:
         denv = {**env, "DISPLAY": self.display}
         self.state = tmp / "form.json"
         self.procs = [
-            subprocess.Popen(["xclock", "-update", "1", "-geometry", "220x220+700+160"],
+            subprocess.Popen(["xclock", "-update", "1", "-geometry", "220x220+740+140"],
                              env=denv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
             subprocess.Popen([sys.executable, str(ROOT / "bench" / "loop_real" / "form_app.py"),
                               str(self.state), "--x", "120", "--y", "120"], env=denv)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from messages.base import Message
 from messages.monitor import MonitorResolution
@@ -102,6 +102,28 @@ class ActionReceived(Message, type_name="action.received"):
         return data
 
 
+Box = tuple[float, float, float, float]
+"""``(x, y, w, h)`` as fractions (0-1) of a report's screenshot area."""
+
+
+class ActionSite(Message):
+    """Where an action acted, as the agent knows it, in fractions of the screenshot area
+    (the point itself is ``actual_position``): the foreground window, and where keyboard
+    input goes (the caret, else the focused control, else the focus window: X11 says no
+    finer). The loop detector judges progress there first (README, "The loop detector")."""
+
+    window: Box | None = None
+    focus: Box | None = None
+
+    @field_validator("window", "focus")
+    @classmethod
+    def _inside(cls, box: Box | None) -> Box | None:
+        if box is not None and not (all(-0.01 <= v <= 1.01 for v in box)
+                                    and box[2] > 0 and box[3] > 0):
+            raise ValueError("a site box is (x, y, w, h) within 0-1, w and h > 0")
+        return box
+
+
 class ActionReport(Message, type_name="action.report"):
     """Agent → dispatcher: the outcome of one attempt (spec/03 §4.2); retried until acked."""
 
@@ -126,6 +148,15 @@ class ActionReport(Message, type_name="action.report"):
     system_dialog: dict[str, Any] | None = None
     needs_human: bool = False
     executed_at: float | None = None
+    site: ActionSite | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_site(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when known: a dispatcher older than the field keeps taking the reports.
+        data = handler(self)
+        if self.site is None and isinstance(data, dict):
+            data.pop("site", None)
+        return data
 
 
 class ReportAck(Message, type_name="action.report_ack"):

@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, field_validator
 
 from messages.base import Message
+from messages.dispatch import ActionSite
 from messages.workflow import ActionType
 
 LOOP_DETECTED: Final = "loop_detected"
@@ -41,6 +42,8 @@ class ObserveStep(Message, type_name="loop.observe"):
     """The action's parameters (text typed, keys, scroll delta): part of its signature."""
     actual_position: dict[str, float] | None = None
     """Where the agent clicked (``x_pct``/``y_pct``), from the report."""
+    site: ActionSite | None = None
+    """Where the agent says the action acted (foreground window, focus), from the report."""
     success: bool
     error: str | None = Field(None, max_length=2000)
     warning: str | None = Field(None, max_length=2000)

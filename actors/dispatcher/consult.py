@@ -97,7 +97,8 @@ def observe_request(r: ReplayState, entry: InFlightEntry, report: ActionReport) 
         target=action.target_spec.model_dump(mode="json") if action.target_spec else None,
         parameters=dict(action.parameters), success=report.success, error=report.error,
         warning=report.warning, retry_count=_retries_done(r, base, report.success),
-        actual_position=report.actual_position, screenshot_after=_image(report.screenshot_after))
+        actual_position=report.actual_position, site=report.site,
+        screenshot_after=_image(report.screenshot_after))
 
 
 def _retries_done(r: ReplayState, base: str, success: bool) -> int:

@@ -1,20 +1,22 @@
 """The loop detector's decisions: three signals over bounded per-replay rings (spec/01 §5).
 
 - A ``screen_static``: ``RPA_LOOP_SCREEN_STATIC_N`` captures in a row with no progress
-  between them (pixel measure, screen_history.py; with ``clip``, CLIP may veto, clip.py).
+  between them, judged first where each action acted (site.py, screen_history.py; with
+  ``clip``, CLIP may veto, clip.py). Waits are captures too: waiting for a screen that
+  never comes is stuck.
 - B ``action_repeat``: ``RPA_LOOP_ACTION_REPEAT_N`` identical actions in a row (type,
-  target, parameters, position) that changed nothing on screen. Where no frame tells, the
-  identity alone decides, as in the spec. Pressing Tab three times moves the focus each
-  time: that is progress, not a loop.
+  target, parameters, position) that changed nothing where they acted. Where no frame
+  tells, the identity alone decides, as in the spec. Pressing Tab three times moves the
+  focus each time: that is progress, not a loop.
 - C ``retry_threshold``: a failed step retried ``RPA_LOOP_RETRY_THRESHOLD`` times.
 
-One positive signal is enough; they are tried in that order. A and B look only at inputs
-that were performed (a successful click, double/right click, type, key_combo, scroll):
-``wait`` and ``verify_screen`` are not expected to change the screen, and failed attempts
-are C's business. After a positive verdict the runs start again from the current screen,
+One positive signal is enough; they are tried in that order. A looks at inputs that were
+performed (a successful click, double/right click, type, key_combo, scroll) and at waits;
+B at performed inputs only; ``verify_screen`` is not judged, and failed attempts are C's
+business. After a positive verdict the runs start again from the current screen,
 so after a person resumes, N-1 more steps without progress are needed for another pause.
 
-A replay's rings are made at its first performed input (or positive verdict) and freed by
+A replay's rings are made at its first performed input or wait (or positive verdict), freed by
 ``forget``, or by the LRU beyond ``RPA_LOOP_MAX_REPLAYS``.
 
 No sockets and no clock here: the shell (process.py) feeds observations and publishes the
@@ -36,6 +38,7 @@ from actors.loop_detector.clip import Vector, cosine
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.pixel import BadScreenshot, Frame
 from actors.loop_detector.screen_history import ScreenHistory
+from actors.loop_detector.site import Box, Site, box_mask, site_of
 from messages import events
 from messages.loop import LOOP_DETECTED, LoopVerdict, ObserveStep
 
@@ -91,6 +94,8 @@ class _Rings:
     vectors: deque[Vector | None]
     steps: deque[_Step]
     last: tuple[str, LoopVerdict] | None = None  # the last action observed, its verdict
+    typed: Box | None = None  # where keyboard input last went
+    site: str = ""  # where the last step acted, for people
 
     def restart(self) -> None:
         """After a positive verdict: new runs start from the current screen; what the
@@ -193,7 +198,8 @@ class LoopDetectorCore:
             # The same report observed again (a client's retry): same answer, no change.
             return Outcome(known.last[1])
         performed = step.success and step.action_type in INPUT_TYPES
-        if not performed and known is None and self._retry_threshold(step) is None:
+        waited = step.success and step.action_type == "wait" and step.screenshot_after is not None
+        if not (performed or waited) and known is None and self._retry_threshold(step) is None:
             # A wait, a verify_screen or a failure of a replay with nothing kept: only C
             # could fire, and it did not; nothing to keep either (a duplicate gets the same
             # answer). No rings are made (nor another replay's evicted) for it.
@@ -202,7 +208,7 @@ class LoopDetectorCore:
         frame: Frame | None = None
         vector: Vector | None = None
         broken = False  # the embedder raised: the screen's continuity is lost
-        if performed and step.screenshot_after is not None and self.pixel is not None:
+        if (performed or waited) and step.screenshot_after is not None and self.pixel is not None:
             try:
                 frame = self.pixel.frame(step.screenshot_after)
             except BadScreenshot:
@@ -228,7 +234,17 @@ class LoopDetectorCore:
             rings.screen.reset()
             rings.vectors.clear()
         elif frame is not None:
-            transition = rings.screen.push(frame)
+            site: Site | None = site_of(step, rings.typed) if performed else None
+            if site is not None and site.typed is not None:
+                rings.typed = site.typed
+            rings.site = site.label if site is not None else (
+                "wait" if waited else step.action_type)
+            grid = rings.screen.tiles(frame)
+            mask = None if site is None else box_mask(site.boxes, grid)
+            window = step.site.window if step.site is not None and performed else None
+            transition = rings.screen.push(
+                frame, mask, observation=waited, novel_only=step.action_type == "key_combo",
+                acted_in=None if window is None else box_mask((window,), grid))
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)
@@ -256,8 +272,10 @@ class LoopDetectorCore:
         judged = rings.screen.judge()
         if judged.static_run < n - 1:
             return None
-        evidence: dict[str, Any] = {"captures": n, "ignored_tiles": judged.ignored_tiles,
-                                    "embedder": "pixel"}
+        evidence: dict[str, Any] = {"captures": n, "last_step": rings.site,
+                                    "changed_at_site": judged.at_site,
+                                    "ignored_tiles": judged.ignored_tiles,
+                                    "ignored_region": judged.region, "embedder": "pixel"}
         recent = list(rings.vectors)[-n:]
         pairs = [(a, b) for a, b in itertools.pairwise(recent)
                  if a is not None and b is not None]

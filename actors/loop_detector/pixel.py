@@ -2,7 +2,8 @@
 
 A 1920x1080 screen becomes a 480x270 grayscale image (each pixel the mean of a 4x4 block),
 cut into 2x2 tiles (8x8 screen pixels: about one typed character; a text field's border
-and its text fall in different tiles). Two frames are compared tile by tile: a tile
+and its text fall in different tiles); the agent's 1280-wide JPEG a 320-wide one (tiles
+of 8 of its pixels). Two frames are compared tile by tile: a tile
 *changed* when some reduced pixel of it moved by more than ``PixelParams.level`` grey
 levels. After the 4x4 averaging a typed character
 moves some reduced pixel by 37 ('.') to 130 ('1') levels, a caret by 64, while JPEG noise
@@ -42,8 +43,10 @@ class BadScreenshot(ValueError):
 class PixelParams:
     """The pixel measure's constants (not env vars: they are properties of the measure)."""
 
-    work_width: int = 480
-    """Screens are reduced by an integer factor to about this width (1920 → 480)."""
+    min_width: int = 300
+    """Screens are reduced by the largest power of two that leaves them at least this wide
+    (1920 → 480, the agent's 1280-wide JPEG → 320): a JPEG then decodes straight at that
+    scale (libjpeg's DCT scaling), with no resize after."""
     tile: int = 2
     """Tile side in reduced pixels (8 screen pixels at 1920x1080)."""
     level: int = 20
@@ -54,8 +57,11 @@ DEFAULT_PIXEL = PixelParams()
 
 
 def reduction(width: int, params: PixelParams) -> int:
-    """The integer factor that brings ``width`` to about ``params.work_width``."""
-    return max(1, round(width / params.work_width))
+    """The power of two by which a ``width``-wide screen is reduced (``min_width``)."""
+    factor = 1
+    while width // (factor * 2) >= params.min_width:
+        factor *= 2
+    return factor
 
 
 def open_screenshot(data: bytes) -> Image.Image:

@@ -1,33 +1,39 @@
 """Did the screen make progress? One replay's recent frames, judged tile by tile.
 
-What changes on a screen whatever the agent does (a clock, a blinking caret, a spinner, a
-notification counter) keeps changing in the same few places. What an agent's step changes
-lands in new places: characters typed appear further right at each step, a tick or a new
-row appears once. A transition (the screen after one step against the screen after the
-step before) is *progress* when:
+Tiles are 8x8 screen pixels (pixel.py); a transition is the screen after one step against
+the screen after the step before. Each transition is judged when it arrives, from what
+came before it only: a step's progress is never taken back by what the screen does later.
 
-- a tile (8x8 screen pixels) changed for the first time within the remembered transitions
-  (``memory``, 16): a blinking caret, a clock digit, a counter change their tiles for the
-  first time once, then never count again while remembered; and that tile is not in a
-  *hot* block (40x40 screen pixels) that changed at two of the three transitions before:
-  a spinner or a seconds display light up new tiles of their block for a while, each of
-  them once, inside a block that changes all the time; or
-- a large area (≥ 1 % of the tiles) changed to content that no frame of the ring showed
-  there: a list scrolled, a new screen. Many tiles at once are not a clock; going back to
-  a state already seen (a dialog opened and closed over and over) is no progress. The
-  tiles of such a new area start afresh: typing into a dialog just opened is progress.
+Where the step acted is known (site.py: the point clicked, the focus, the window): the
+step is progress when a tile changed *there* that is not a place seen changing by itself.
+Places seen changing by themselves are the tiles that changed away from where steps acted
+and everything that changed during a wait, remembered for ``memory`` (16) transitions,
+with the tiles around them (``ambient_reach``) and the 40-pixel blocks around them: an
+analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to those
+seen. A click's box or the row typed into is small, so a clock elsewhere never counts;
+one inside it counts until it has been seen ticking while steps acted elsewhere or during
+a wait. A key pressed needs content no frame of the ring showed (a blinking caret goes
+back to a state seen). A wait is progress when ``wait_min`` tiles changed outside those
+places (a window or a message appeared).
 
-Each transition is judged when it arrives, from what came before it only: a step's
-progress is never taken back by what the screen does later.
+Nowhere known (an older agent, a step without point or focus): the whole screen, where a
+change is progress when it lands on tiles that had not changed in the 16 transitions
+before, outside blocks that changed at two of the three transitions before (a clock, a
+blinking caret, a counter light up their tiles once, then never count again).
 
-A clock's minute digit changes once a minute, a counter now and then: such a change counts
-as progress, which can delay a pause by a few steps, never cause one. The cost of the rule:
-a step whose only change is in place of an earlier one (a "+" button's counter, a field
-retyped over its old text, one more character in a block being typed into) is not
-progress; three such steps in a row look like a stuck screen.
+Anywhere, a large area (>= 1 % of the tiles) changed to content that no frame of the ring
+showed is progress: a list scrolled, a new screen, a dialog; going back to a state already
+seen (a dialog opened and closed over and over) is not; nor is another window's content
+renewing at two transitions in a row (``top``). A new area is no noise, and its tiles start
+afresh: typing into a dialog just opened is progress.
+
+The cost: a change in place of an earlier one with no site known (a "+" button's counter
+far from the point, a field retyped over its old text) is not progress; three such steps
+look like a stuck screen. Noise seen for the first time counts as progress (a replay's
+first steps beside ``top``): a pause can come a step or two late, never early.
 
 Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
-of their transitions, a 16-bit register per tile and an 8-bit one per block.
+of their transitions, two 16-bit registers per tile and an 8-bit one per block.
 """
 
 from __future__ import annotations
@@ -70,6 +76,12 @@ class HistoryParams:
     big_fraction: float = 0.01
     """A change to new content over this fraction of the tiles is progress anyway."""
     big_min: int = 12
+    ambient_reach: int = 1
+    """Tiles around a place seen changing by itself that are ignored too (a second hand
+    or a spinner moves a little between two captures)."""
+    wait_min: int = 16
+    """During a wait, this many changed tiles outside the places that change by themselves
+    are progress (a window or a message appeared)."""
 
 
 DEFAULT_HISTORY = HistoryParams()
@@ -80,6 +92,11 @@ class Transition:
     serial: int
     changed: Mask
     progress: bool
+    at_site: int = -1
+    """Tiles that changed where the action acted, -1 when no site was known (a wait)."""
+    ignored: int = 0
+    """Of those (or, in a wait, of all), the tiles ignored: places seen changing by
+    themselves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +107,34 @@ class Judgement:
     """Most recent transitions in a row without progress."""
     ignored_tiles: int
     """Tiles that changed during that run (each had changed before: clocks, carets...)."""
+    at_site: int = 0
+    """Of them, tiles where the actions acted (all ignored: seen changing by themselves)."""
+    region: tuple[float, float, float, float] | None = None
+    """The box around the changes ignored during the run, as fractions of the screen."""
+
+
+def dilate(mask: Mask, reach: int) -> Mask:
+    """``mask`` grown by ``reach`` tiles in every direction (a square neighbourhood)."""
+    out = mask.copy()
+    for _ in range(reach):
+        grown = out.copy()
+        grown[1:] |= out[:-1]
+        grown[:-1] |= out[1:]
+        grown[:, 1:] |= grown[:, :-1].copy()
+        grown[:, :-1] |= grown[:, 1:].copy()
+        out = grown
+    return out
+
+
+def _box(mask: Mask) -> tuple[float, float, float, float] | None:
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    h, w = mask.shape
+    return (round(float(cols[0]) / w, 3), round(float(rows[0]) / h, 3),
+            round(float(cols[-1] + 1 - cols[0]) / w, 3),
+            round(float(rows[-1] + 1 - rows[0]) / h, 3))
 
 
 class ScreenHistory:
@@ -106,6 +151,7 @@ class ScreenHistory:
         self.frames: deque[Frame] = deque(maxlen=ring_size)
         self.transitions: deque[Transition] = deque(maxlen=ring_size - 1)
         self._changes: npt.NDArray[np.uint16] | None = None  # bit i: changed i transitions ago
+        self._ambient: npt.NDArray[np.uint16] | None = None  # ... by itself, i transitions ago
         self._blocks: npt.NDArray[np.uint8] | None = None  # the same, per block
         self._seen = 0  # transitions since the last reset
         self._serial = 0
@@ -121,7 +167,7 @@ class ScreenHistory:
         """Forget everything (another screen size, or the embedder failed)."""
         self.frames.clear()
         self.transitions.clear()
-        self._changes = self._blocks = None
+        self._changes = self._blocks = self._ambient = None
         self._seen = 0
 
     def cut(self) -> None:
@@ -129,8 +175,20 @@ class ScreenHistory:
         a pause), while the tiles' activity is kept (a clock is still a clock)."""
         self._cut = self._serial
 
-    def push(self, frame: Frame) -> int | None:
-        """Add the frame after a step; the serial of the transition it makes, if any."""
+    def tiles(self, frame: Frame) -> tuple[int, int]:
+        """The tile grid of ``frame``."""
+        t = self.pixel.tile
+        return -(-frame.shape[0] // t), -(-frame.shape[1] // t)
+
+    def push(self, frame: Frame, site: Mask | None = None, observation: bool = False,
+             novel_only: bool = False, acted_in: Mask | None = None) -> int | None:
+        """Add the frame after a step; the serial of the transition it makes, if any.
+
+        ``site``: the tiles where the step's action acted (site.py), None if unknown;
+        ``observation``: the step was a wait (it acted nowhere); ``novel_only``: at the
+        site, only content no frame of the ring showed counts (a key pressed where the
+        caret blinks: the caret going back to a state seen is no progress); ``acted_in``:
+        the tiles of the window acted in, if known."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
@@ -139,22 +197,55 @@ class ScreenHistory:
         level = self.pixel.level
         p = self.params
         changed: Mask = tile_difference(self.frames[-1], frame, self.pixel) > level
-        if self._changes is None or self._blocks is None:
+        if self._changes is None or self._blocks is None or self._ambient is None:
             self._changes = np.zeros(changed.shape, np.uint16)
+            self._ambient = np.zeros(changed.shape, np.uint16)
             blocks = tile_max(changed.view(np.uint8), p.block)
             self._blocks = np.zeros(blocks.shape, np.uint8)
         window = np.uint16((1 << min(self._seen, p.memory)) - 1)
-        fresh = (self._changes & window) == 0
-        first = changed & fresh
         block_changed = tile_max(changed.view(np.uint8), p.block).astype(bool)
         hot = _popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
         cool = np.repeat(np.repeat(~hot, p.block, axis=0), p.block,
                          axis=1)[:changed.shape[0], :changed.shape[1]]
-        progress = bool((first & cool).any())
+        # Places seen changing by themselves (in a wait, or away from where steps acted).
+        ambient = (self._ambient & window) != 0
+        # ... and the blocks around them: what moves by itself (top's numbers, a second
+        # hand, a spinner) keeps moving into tiles next to those seen.
+        noisy = (dilate(ambient, p.ambient_reach) | self._zone(ambient) if ambient.any()
+                 else ambient)
+        at_site, ignored = -1, 0
+        if observation:
+            loose = changed & ~noisy
+            ignored = int(np.count_nonzero(changed & noisy))
+            progress = int(np.count_nonzero(loose)) >= p.wait_min
+            ambient_now = changed
+        elif site is not None:
+            here = changed & site
+            if novel_only:
+                for older in list(self.frames)[:-1]:
+                    here &= tile_difference(older, frame, self.pixel) > level
+            at_site = int(np.count_nonzero(here))
+            ignored = int(np.count_nonzero(here & noisy))
+            progress = at_site > ignored
+            ambient_now = changed & ~site
+        else:
+            # Nowhere known: the whole screen, where a change is progress when it lands on
+            # tiles that had not changed lately, outside blocks that keep changing.
+            fresh = (self._changes & window) == 0
+            progress = bool((changed & fresh & cool & ~noisy).any())
+            ambient_now = np.zeros_like(changed)
         renewed = False
         big = max(p.big_min, math.ceil(p.big_fraction * changed.size))
-        if int(np.count_nonzero(changed)) >= big:
-            novel = changed.copy()
+        last = self.transitions[-1].changed if self.transitions else None
+        if last is not None and last.shape != changed.shape:
+            last = None
+        candidates = changed & ~noisy
+        if acted_in is not None and last is not None:
+            # Away from the window acted in, content renewing at two transitions in a row
+            # (another program's display: top) is no new screen; a dialog opens once.
+            candidates &= acted_in | ~self._zone(last)
+        if int(np.count_nonzero(candidates)) >= big:
+            novel = candidates
             for older in list(self.frames)[:-1]:
                 novel &= tile_difference(older, frame, self.pixel) > level
             renewed = int(np.count_nonzero(novel)) >= big
@@ -164,15 +255,28 @@ class ScreenHistory:
         blocks = ((self._blocks << 1) | block_changed).astype(np.uint8)
         if renewed:
             # A new screen or dialog: its tiles start afresh (typing into it is progress);
-            # not the hot blocks (a clock) that changed meanwhile.
+            # not the hot blocks (a clock) that changed meanwhile; it is no noise either.
             changes[changed & cool] = 0
             blocks[block_changed & ~hot] = 0
+            # Unless it keeps renewing: content new at two transitions in a row (top's
+            # numbers) is moving by itself, a dialog opens once.
+            again = last if last is not None else noisy
+            ambient_now = ambient_now & (noisy | again)
+        self._ambient = ((self._ambient << 1) | ambient_now).astype(np.uint16)
         self._changes, self._blocks = changes, blocks
         self._seen += 1
         self._serial += 1
         self.frames.append(frame)
-        self.transitions.append(Transition(self._serial, changed, progress))
+        self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored))
         return self._serial
+
+    def _zone(self, mask: Mask) -> Mask:
+        """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""
+        b = self.params.block
+        zone = dilate(tile_max(mask.view(np.uint8), b).astype(bool), 1)
+        grown: Mask = np.repeat(np.repeat(zone, b, axis=0), b, axis=1)[:mask.shape[0],
+                                                                        :mask.shape[1]]
+        return grown
 
     def progressed(self, serial: int) -> bool | None:
         """Whether transition ``serial`` was progress; None if it is no longer remembered."""
@@ -181,11 +285,14 @@ class ScreenHistory:
 
     def judge(self) -> Judgement:
         """How many of the latest transitions (since the last cut), in a row, made no
-        progress."""
-        run, ignored = 0, None
+        progress, and what changed meanwhile."""
+        run, ignored, at_site = 0, None, 0
         for t in reversed(self.transitions):
             if t.serial <= self._cut or t.progress:
                 break
             run += 1
+            at_site += max(0, t.at_site)
             ignored = t.changed.copy() if ignored is None else ignored | t.changed
-        return Judgement(run, 0 if ignored is None else int(np.count_nonzero(ignored)))
+        if ignored is None:
+            return Judgement(run, 0)
+        return Judgement(run, int(np.count_nonzero(ignored)), at_site, _box(ignored))

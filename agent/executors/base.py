@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from agent.effects import EffectsLog
-from messages.dispatch import DispatchAction
+from messages.dispatch import ActionSite, DispatchAction
 from messages.workflow import TargetSpec
 
 
@@ -38,6 +38,8 @@ class ActionOutcome:
     correction: dict[str, Any] | None = None
     system_dialog: dict[str, Any] | None = None
     needs_human: bool = False
+    site: ActionSite | None = None
+    """Where the input went (foreground window, focus), when the platform can say."""
 
     @classmethod
     def failure(cls, error: str, **fields: Any) -> ActionOutcome:
@@ -47,6 +49,7 @@ class ActionOutcome:
         """Keyword arguments for ActionReport (target_spec kept as a model)."""
         fields = asdict(self)
         fields["target_spec"] = self.target_spec
+        fields["site"] = self.site
         return fields
 
 

@@ -36,7 +36,7 @@ from loguru import logger
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, ExecutorUnavailable
 from agent.executors.desktop_config import ConfigError, DesktopConfig
-from agent.executors.desktop_frames import encode_screenshot, screen_changed
+from agent.executors.desktop_frames import action_site, encode_screenshot, screen_changed
 from agent.executors.desktop_keys import InputSpecError, normalise_keys, typing_runs
 from agent.executors.desktop_target import (
     MONITOR_UNAVAILABLE,
@@ -59,7 +59,7 @@ from agent.executors.window_guard import (
 from agent.grounding.tesseract import OcrUnavailable, TesseractReader
 from agent.screen import geometry
 from agent.screen.capture import CaptureError, Screen, Shot
-from messages.dispatch import DispatchAction
+from messages.dispatch import ActionSite, DispatchAction
 from messages.monitor import Monitor
 from messages.workflow import Action
 
@@ -74,10 +74,16 @@ FAILSAFE_MESSAGE = ("the mouse was pushed into a corner of the screen (pyautogui
 
 
 class _Effects:
-    """Records the action in the effects log once, right after its first input."""
+    """Records the action in the effects log once, right after its first input; and where
+    the input went (``site``, read just before it: the loop detector judges progress there)."""
 
     def __init__(self, dispatch: DispatchAction, log: EffectsLog | None) -> None:
         self.dispatch, self.log, self.done = dispatch, log, False
+        self.site: ActionSite | None = None
+
+    def locate(self, area: Area) -> None:
+        self.site = action_site(area.rect, geometry.active_window_rect(),
+                                geometry.focus_rect())
 
     def input(self) -> None:
         if not self.done:
@@ -165,6 +171,7 @@ class DesktopExecutor:
         elif action.type == "type":
             outcome = self._type(action, area, before, fx)
         elif action.type == "key_combo":
+            fx.locate(area)
             outcome = self._keys(action, fx)
         else:
             outcome = self._scroll(action, area, before, fx)
@@ -174,6 +181,8 @@ class DesktopExecutor:
         after, changed = self._after(area, before, setup)
         if outcome.success and action.type in POINTER and not changed and not setup:
             outcome = replace(outcome, warning="no_screen_change")
+        if fx.site is not None:
+            outcome = replace(outcome, site=fx.site)
         outcome = title_after(outcome, action, geometry.active_window_title, self._clock,
                               self._sleep)
         return self._frames(outcome, before, after)
@@ -283,6 +292,7 @@ class DesktopExecutor:
             return located
         x, y, fields = located
         button, clicks = POINTER[action.type]
+        fx.locate(area)
         self.gui.click(x, y, clicks=clicks, interval=0.05, button=button)
         fx.input()
         return ActionOutcome(success=True, **fields)
@@ -317,6 +327,7 @@ class DesktopExecutor:
             x, y, fields = located
             self.gui.click(x, y)
             fx.input()
+        fx.locate(area)  # after the click that gave the focus, before the first key
         if action.parameters.get("clear_first"):
             self.gui.hotkey("ctrl", "a")
             fx.input()
@@ -374,6 +385,7 @@ class DesktopExecutor:
             px, py = self.gui.position()
             x, y = (px, py) if x0 <= px < x0 + w and y0 <= py < y0 + h else \
                 self._safe(x0 + w // 2, y0 + h // 2)
+        fx.locate(area)
         self.gui.scroll(delta, x=x, y=y)
         fx.input()
         return ActionOutcome(success=True, **fields)

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from agent.executors.desktop_config import DesktopConfig
+from messages.dispatch import ActionSite
 
 CHANGE_CELL = 4
 """The change test compares the mean of 4x4 cells..."""
@@ -59,3 +60,24 @@ def changed_cells(before: Image.Image, after: Image.Image) -> int:
 def screen_changed(before: Image.Image, after: Image.Image) -> bool:
     n = changed_cells(before, after)
     return n < 0 or n >= CHANGE_MIN_CELLS
+
+
+def site_box(area: tuple[int, int, int, int],
+             rect: tuple[int, int, int, int] | None) -> tuple[float, float, float, float] | None:
+    """``rect`` (desktop pixels) as fractions of ``area``, cut to it; None if outside."""
+    if rect is None:
+        return None
+    ax, ay, aw, ah = area
+    x0, y0 = max(rect[0], ax), max(rect[1], ay)
+    x1, y1 = min(rect[0] + rect[2], ax + aw), min(rect[1] + rect[3], ay + ah)
+    if x1 <= x0 or y1 <= y0 or aw <= 0 or ah <= 0:
+        return None
+    return (round((x0 - ax) / aw, 5), round((y0 - ay) / ah, 5), round((x1 - x0) / aw, 5),
+            round((y1 - y0) / ah, 5))
+
+
+def action_site(area: tuple[int, int, int, int], window: tuple[int, int, int, int] | None,
+                focus: tuple[int, int, int, int] | None) -> ActionSite | None:
+    """What the agent knows of where an action acts (messages.dispatch.ActionSite)."""
+    site = ActionSite(window=site_box(area, window), focus=site_box(area, focus))
+    return None if site.window is None and site.focus is None else site

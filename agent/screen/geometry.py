@@ -225,6 +225,16 @@ def active_window_rect() -> Rect | None:
         return None
 
 
+def focus_rect() -> Rect | None:
+    """Where keyboard input goes, in desktop pixels, or None: Windows the caret (else the
+    focused control), X11 the input-focus window (x11.focus_rect says why no finer)."""
+    try:
+        return win32.focus_rect() if sys.platform == "win32" else x11.focus_rect()
+    except Exception as exc:
+        _warn_once("cannot read the focus rectangle", f"{type(exc).__name__}: {exc}")
+        return None
+
+
 def pointer_position() -> tuple[int, int] | None:
     """The mouse pointer in desktop pixels, or None."""
     try:

@@ -83,6 +83,40 @@ def active_window_rect() -> tuple[int, int, int, int] | None:
     return rect.left, rect.top, rect.right - rect.left, rect.bottom - rect.top
 
 
+class _GuiThreadInfo(ctypes.Structure):
+    _fields_ = [("cbSize", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("hwndActive", ctypes.c_void_p), ("hwndFocus", ctypes.c_void_p),
+                ("hwndCapture", ctypes.c_void_p), ("hwndMenuOwner", ctypes.c_void_p),
+                ("hwndMoveSize", ctypes.c_void_p), ("hwndCaret", ctypes.c_void_p),
+                ("rcCaret", _Rect)]
+
+
+def focus_rect() -> tuple[int, int, int, int] | None:
+    """Where keyboard input goes: the caret's rectangle if the foreground thread shows one
+    (GetGUIThreadInfo's rcCaret, client coordinates of hwndCaret, mapped to the screen),
+    else the focused control's GetWindowRect; None when no window has the focus."""
+    user32 = _user32()
+    hwnd = user32.GetForegroundWindow()
+    if not hwnd:
+        return None
+    thread = user32.GetWindowThreadProcessId(ctypes.c_void_p(hwnd), None)
+    info = _GuiThreadInfo()
+    info.cbSize = ctypes.sizeof(_GuiThreadInfo)
+    if not user32.GetGUIThreadInfo(thread, ctypes.byref(info)):
+        return None
+    caret = info.rcCaret
+    if info.hwndCaret and caret.bottom > caret.top:
+        corners = (_Point * 2)(_Point(caret.left, caret.top), _Point(caret.right, caret.bottom))
+        user32.MapWindowPoints(ctypes.c_void_p(info.hwndCaret), None, corners, 2)
+        a, b = corners[0], corners[1]
+        return a.x, a.y, max(1, b.x - a.x), max(1, b.y - a.y)
+    rect = _Rect()
+    if not info.hwndFocus or not user32.GetWindowRect(ctypes.c_void_p(info.hwndFocus),
+                                                      ctypes.byref(rect)):
+        return None
+    return rect.left, rect.top, rect.right - rect.left, rect.bottom - rect.top
+
+
 def pointer_position() -> tuple[int, int] | None:
     point = _Point()
     if not _user32().GetCursorPos(ctypes.byref(point)):

@@ -140,3 +140,20 @@ def pointer_position() -> tuple[int, int] | None:
 
     result: tuple[int, int] | None = _call(read)
     return result
+
+
+def focus_rect() -> tuple[int, int, int, int] | None:
+    """The input-focus window's rectangle in root pixels. X11 knows the focused window, not
+    the control or caret inside it: with toolkits drawing their own widgets (Tk, GTK) this
+    is the toplevel; with one X window per control (Xt, Motif) the control itself."""
+    def read(d: Any) -> tuple[int, int, int, int] | None:
+        window = d.get_input_focus().focus
+        root = d.screen().root
+        if not hasattr(window, "id") or window.id == root.id:  # None / PointerRoot
+            return None
+        geometry = window.get_geometry()
+        origin = root.translate_coords(window, 0, 0)
+        return int(origin.x), int(origin.y), int(geometry.width), int(geometry.height)
+
+    result: tuple[int, int, int, int] | None = _call(read)
+    return result

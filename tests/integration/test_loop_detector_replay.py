@@ -83,3 +83,31 @@ def test_an_input_waits_for_the_verdict_on_the_step_before(spawn: Spawn, lea_env
     s = system.wait_status(rid, "completed", PAUSED)
     assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0)
     assert [e["action_id"] for e in agent.effects()] == ["s0", "s1", "s2"]
+
+
+FAILING = {"actions": {"s1": {"fail": "target_not_found"}}}
+
+
+def test_retry_threshold_fires_when_set_below_the_dispatchers_retries(
+        spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
+    """retry_threshold in the running system (issue 14): with RPA_LOOP_RETRY_THRESHOLD=2 a
+    step failing again and again pauses ``loop_detected`` on the report of its second retry,
+    before the dispatcher's own pause after MAX_RETRIES_PER_ACTION (3)."""
+    system = System(spawn, lea_env, tmp_path, {"RPA_LOOP_RETRY_THRESHOLD": "2"})
+    ready_agent(system, "L5", scenario=FAILING)
+    rid = system.start(workflow(*steps(4)), "L5")
+    s = system.wait_status(rid, PAUSED)
+    assert s.pause_reason == "loop_detected" and s.pause_message is not None
+    assert s.pause_message.startswith(
+        "Léa semble bloquée — retry_threshold (action_id=s1, retries=2, threshold=2")
+
+
+def test_with_the_default_retry_threshold_the_dispatcher_pauses_first(
+        spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
+    """With the default (3) the dispatcher pauses the step first, with the more precise
+    cause (README, "The loop detector")."""
+    system = System(spawn, lea_env, tmp_path)
+    ready_agent(system, "L6", scenario=FAILING)
+    rid = system.start(workflow(*steps(4)), "L6")
+    s = system.wait_status(rid, PAUSED)
+    assert s.pause_reason == "target_not_found"

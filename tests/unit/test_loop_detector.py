@@ -183,11 +183,26 @@ def test_same_key_three_times_with_focus_moving_is_not_action_repeat() -> None:
     assert out[-1].evidence == {"count": 3, "action": "key_combo", "screen_changed": "no"}
 
 
-def test_wait_and_verify_steps_are_not_inputs() -> None:
+def test_waits_are_observations_verify_steps_are_not() -> None:
+    """Waiting for a screen that never comes is stuck (issue 14): waits count as captures
+    for screen_static, never toward action_repeat; a verify_screen is not judged."""
     same = screen("Dupont")
     waits = [step(i, same, action_type="wait", target=None,
-                  parameters={"duration_ms": 100}) for i in range(8)]
-    assert not any(v.detected for v in verdicts(core(), waits))
+                  parameters={"duration_ms": 100}) for i in range(4)]
+    out = verdicts(core(), waits)
+    assert [v.detected for v in out] == [False, False, False, True]
+    assert out[3].signal == "screen_static" and out[3].evidence["last_step"] == "wait"
+    verifies = [step(i, same, action_type="verify_screen", target=None) for i in range(8)]
+    assert not any(v.detected for v in verdicts(core(), verifies))
+
+
+def test_a_window_appearing_during_waits_is_progress() -> None:
+    out = verdicts(core(), [step(0, screen("Dupont"), action_type="wait", target=None,
+                                 parameters={"duration_ms": 100}),
+                            *[step(i, screen("Dupont" if i % 2 else "Une fenêtre s'ouvre"),
+                                   action_type="wait", target=None,
+                                   parameters={"duration_ms": 100}) for i in range(1, 4)]])
+    assert not any(v.detected for v in out)
 
 
 def test_after_a_positive_verdict_fresh_evidence_is_needed() -> None:

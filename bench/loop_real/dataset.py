@@ -1,0 +1,49 @@
+"""The recorded real-application set (record.py) as observations for the loop detector.
+
+Each sequence folder holds ``NN-after.jpg`` (the agent's screenshot after step NN) and
+``sequence.json``: per step what the dispatcher and the agent would send (action type,
+target, parameters, ``actual_position``, ``site``) and whether the application's state
+changed; ``stuck_from`` is the first step after which it never changes again (None:
+progress to the end).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from messages.loop import ObserveStep
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "loop_real"
+
+
+@dataclass(frozen=True)
+class RealSequence:
+    name: str
+    noise: str
+    scenario: str
+    stuck_from: int | None
+    meta: list[dict[str, Any]]
+    frames: list[bytes]
+
+    def steps(self, replay_id: str) -> Iterator[ObserveStep]:
+        for i, (m, frame) in enumerate(zip(self.meta, self.frames, strict=True)):
+            yield ObserveStep(
+                replay_id=replay_id, action_id=f"s{i}", base_action_id=f"s{i}",
+                action_type=m["action_type"], target=m["target"], parameters=m["parameters"],
+                actual_position=m.get("actual_position"), site=m.get("site"), success=True,
+                screenshot_after=frame)
+
+
+def load(folder: Path = DATA) -> list[RealSequence]:
+    out = []
+    for meta_file in sorted(folder.glob("*/sequence.json")):
+        meta = json.loads(meta_file.read_text())
+        frames = [(meta_file.parent / f"{i:02d}-after.jpg").read_bytes()
+                  for i in range(len(meta["steps"]))]
+        out.append(RealSequence(meta["name"], meta["noise"], meta["scenario"],
+                                meta["stuck_from"], meta["steps"], frames))
+    return out

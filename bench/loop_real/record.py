@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Record the loop detector's real-application set under Xvfb (tests/data/loop_real/).
+
+Real programs (xclock analog and digital, xterm running ``top``, xeyes, xcalc, xedit,
+mousepad, and a Tk form with an in-app clock and spinner: form_app.py) on a 1920x1080
+display with openbox, driven by xdotool. Each step is recorded as the desktop agent would
+report it (agent/executors/desktop.py): the screen before, the input, the screen after
+(polled until it changes, up to the agent's timeout), both encoded by the agent's own
+``encode_screenshot`` (1280-wide JPEG, quality 70); the point clicked, the foreground
+window and the focus rectangle (agent.screen.geometry, as fractions of the screen).
+
+Labels come from the applications' own state, never from the pixels: the form writes its
+state to a file (form_app.py), a terminal its output (xterm's log). A step that left the
+state unchanged is stuck; a sequence is *stuck from* the first step after which the state
+never changes again, *progress* if it changed at every step.
+
+    python bench/loop_real/record.py [--out tests/data/loop_real] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agent.executors.desktop_config import DesktopConfig  # noqa: E402
+from agent.executors.desktop_frames import (  # noqa: E402
+    action_site,
+    encode_screenshot,
+    screen_changed,
+)
+from tests.xdisplay import XDisplay, start_xdisplay  # noqa: E402
+
+W, H = 1920, 1080
+AREA = (0, 0, W, H)
+FORM = (120, 120)  # the form's top-left corner on screen
+CONFIG = DesktopConfig()
+WAIT_S = 1.0
+
+# Where the form's controls are (form_app.py's grid at FORM; measured on this display).
+NAME_FIELD = (530, 158)
+LOCKED_FIELD = (530, 195)
+LIST_ROW0 = (250, 232)
+LIST_ROW_H = 21
+PLUS = (160, 373)
+CHECK = (380, 373)
+VALIDATE = (198, 415)
+OPEN = (436, 415)
+EMPTY = (650, 300)
+
+
+def xdo(display: str, *args: str) -> None:
+    subprocess.run(["xdotool", *args], env={**os.environ, "DISPLAY": display}, check=True,
+                   timeout=20)
+
+
+@dataclass
+class Step:
+    kind: str  # click | type | key | scroll | wait
+    point: tuple[int, int] | None = None
+    text: str = ""
+    keys: str = ""
+    delta: int = 0
+
+
+@dataclass
+class Scenario:
+    name: str
+    steps: list[Step]
+    app: str = "form"  # form | xterm | xterm_noecho
+    focus_first: tuple[int, int] | None = NAME_FIELD
+
+
+@dataclass
+class Noise:
+    name: str
+    programs: list[list[str]] = field(default_factory=list)
+    in_app: str = ""
+
+
+NOISES = [
+    Noise("quiet"),
+    Noise("xclock_analog", [["xclock", "-update", "1", "-geometry", "220x220+1300+80"]]),
+    Noise("xclock_digital", [["xclock", "-digital", "-strftime", "%H:%M:%S", "-update", "1",
+                              "-geometry", "+1300+80"]]),
+    Noise("top", [["xterm", "-geometry", "90x30+1000+420", "-e", "top", "-d", "0.5"]]),
+    Noise("app_clock", in_app="clock"),
+    Noise("app_analog_spinner", in_app="analog,spinner"),
+    Noise("xeyes", [["xeyes", "-geometry", "200x150+1000+100"]]),
+    Noise("desk", [["xcalc", "-geometry", "+1400+500"], ["xedit", "-geometry", "500x300+900+80"],
+                   ["mousepad"]]),
+    Noise("busy", [["xclock", "-update", "1", "-geometry", "220x220+1300+80"],
+                   ["xterm", "-geometry", "90x30+1000+420", "-e", "top", "-d", "0.5"]],
+          in_app="spinner"),
+]
+
+
+def click(p: tuple[int, int]) -> Step:
+    return Step("click", p)
+
+
+def row(i: int) -> tuple[int, int]:
+    return LIST_ROW0[0], LIST_ROW0[1] + i * LIST_ROW_H
+
+
+SCENARIOS = [
+    # progress: the form's state changes at every step
+    Scenario("type_name", [Step("type", NAME_FIELD, text=t)
+                           for t in ("Du", "po", "nt", " J", "ea", "n-", "Pa")]),
+    Scenario("type_then_delete", [Step("type", NAME_FIELD, text=t) for t in ("Mar", "tin", "ez")]
+             + [Step("key", keys="BackSpace") for _ in range(4)]),
+    Scenario("plus_counter", [click(PLUS) for _ in range(7)]),
+    Scenario("list_select", [click(row(i)) for i in (0, 1, 2, 3, 4, 5, 2)]),
+    Scenario("check_toggle", [click(CHECK) for _ in range(6)]),
+    Scenario("dialog_flow", [click(OPEN), Step("type", None, text="RAS"),
+                             Step("type", None, text=" ok"), Step("key", keys="BackSpace"),
+                             Step("type", None, text="!"), Step("key", keys="Tab"),
+                             Step("key", keys="space")]),
+    Scenario("scroll_list", [Step("scroll", row(2), delta=-1) for _ in range(7)]),
+    # stuck: from some step on, nothing the application holds changes
+    Scenario("noop_button", [click(VALIDATE) for _ in range(7)]),
+    Scenario("type_then_noop", [Step("type", NAME_FIELD, text=t) for t in ("Lu", "ci", "e")]
+             + [click(VALIDATE) for _ in range(5)]),
+    Scenario("disabled_field", [Step("type", LOCKED_FIELD, text=t)
+                                for t in ("ab", "cd", "ef", "gh", "ij", "kl")],
+             focus_first=EMPTY),
+    Scenario("scroll_end", [Step("scroll", row(2), delta=-4) for _ in range(9)]),
+    Scenario("wait_dialog", [click(VALIDATE)] + [Step("wait") for _ in range(6)]),
+    Scenario("hover_noop", [click(PLUS), click(PLUS)] + [click(VALIDATE) for _ in range(5)]),
+    Scenario("key_noop", [Step("type", NAME_FIELD, text="Ana")]
+             + [Step("key", keys="ctrl+F12") for _ in range(6)]),
+    Scenario("click_empty", [click(row(1)), click(row(3))] + [click(EMPTY) for _ in range(5)]),
+    # a terminal (the buffer is xterm's log): echoing, then not echoing
+    Scenario("xterm_typing", [Step("type", None, text=t)
+                              for t in ("ls", " -l", " /", "tmp", " |", " wc")],
+             app="xterm", focus_first=None),
+    Scenario("xterm_noecho", [Step("type", None, text=t)
+                              for t in ("ab", "cd", "ef", "gh", "ij", "kl")],
+             app="xterm_noecho", focus_first=None),
+]
+
+
+class Desk:
+    """One display with a noise's programs running."""
+
+    def __init__(self, noise: Noise) -> None:
+        from agent.screen.capture import Screen
+
+        self.noise = noise
+        self.x: XDisplay = start_xdisplay([(W, H, 0, 0)], window_manager=True)
+        os.environ["DISPLAY"] = self.x.display
+        self.screen = Screen()
+        for argv in noise.programs:
+            self.x.extra.append(subprocess.Popen(argv, env=self.x.env(),
+                                                 stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.DEVNULL))
+        time.sleep(1.5)
+
+    def grab(self) -> Any:
+        return self.screen.grab(AREA).image
+
+    def close(self) -> None:
+        self.screen.close()
+        self.x.close()
+
+
+class App:
+    """The application a scenario acts on, and its state."""
+
+    def __init__(self, desk: Desk, scenario: Scenario, tmp: Path) -> None:
+        self.desk, self.scenario = desk, scenario
+        self.state_file = tmp / f"{scenario.name}.json"
+        self.state_file.unlink(missing_ok=True)
+        env = desk.x.env()
+        if scenario.app == "form":
+            argv = [sys.executable, str(Path(__file__).with_name("form_app.py")),
+                    str(self.state_file), "--noise", desk.noise.in_app,
+                    "--x", str(FORM[0]), "--y", str(FORM[1])]
+        else:
+            shell = ("stty -echo; cat > /dev/null" if scenario.app == "xterm_noecho"
+                     else "cat > /dev/null")
+            argv = ["xterm", "-geometry", "80x20+140+140", "-l", "-lf", str(self.state_file),
+                    "-e", "sh", "-c", shell]
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while not self.state_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if scenario.focus_first is not None:
+            xdo(desk.x.display, "mousemove", *map(str, scenario.focus_first), "click", "1")
+        else:
+            xdo(desk.x.display, "mousemove", "400", "300", "click", "1")
+        time.sleep(0.4)
+
+    def state(self) -> Any:
+        time.sleep(0.15)
+        if self.scenario.app == "form":
+            for _ in range(20):
+                try:
+                    data = json.loads(self.state_file.read_text())
+                    return data
+                except (OSError, ValueError):
+                    time.sleep(0.05)
+            raise RuntimeError("the form did not write its state")
+        return self.state_file.stat().st_size
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(5)
+
+
+def perform(display: str, step: Step) -> None:
+    if step.point is not None and step.kind in ("click", "type", "scroll"):
+        xdo(display, "mousemove", *map(str, step.point))
+        if step.kind != "scroll":
+            xdo(display, "click", "1")
+    if step.kind == "type":
+        xdo(display, "type", "--delay", "15", step.text)
+    elif step.kind == "key":
+        xdo(display, "key", step.keys)
+    elif step.kind == "scroll":
+        button = "5" if step.delta < 0 else "4"
+        xdo(display, "click", "--repeat", str(abs(step.delta)), "--delay", "30", button)
+
+
+def action_fields(step: Step) -> dict[str, Any]:
+    """What the dispatcher would have sent: type, target, parameters."""
+    target = None if step.point is None else {"x_pct": round(step.point[0] / W, 5),
+                                               "y_pct": round(step.point[1] / H, 5)}
+    params: dict[str, Any] = {}
+    if step.kind == "type":
+        params = {"text": step.text}
+    elif step.kind == "key":
+        params = {"keys": step.keys.split("+")}
+    elif step.kind == "scroll":
+        params = {"delta": step.delta}
+    elif step.kind == "wait":
+        params = {"duration_ms": int(WAIT_S * 1000)}
+    kind = {"key": "key_combo"}.get(step.kind, step.kind)
+    return {"action_type": kind, "target": target, "parameters": params}
+
+
+def record(desk: Desk, scenario: Scenario, out: Path, tmp: Path, rng: random.Random) -> None:
+    from agent.screen import geometry
+
+    app = App(desk, scenario, tmp)
+    folder = out / f"{desk.noise.name}-{scenario.name}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    steps: list[dict[str, Any]] = []
+    try:
+        state = app.state()
+        for i, step in enumerate(scenario.steps):
+            time.sleep(rng.uniform(0.05, 0.5))  # the turnaround between two steps
+            before = desk.grab()
+            site = None
+            if step.kind != "wait":
+                if step.point is not None and step.kind != "scroll":
+                    xdo(desk.x.display, "mousemove", *map(str, step.point))
+                site = action_site(AREA, geometry.active_window_rect(), geometry.focus_rect())
+            perform(desk.x.display, step)
+            after = poll_after(desk, before, step)
+            new_state = app.state()
+            (folder / f"{i:02d}-after.jpg").write_bytes(encode_screenshot(after, CONFIG))
+            fields = action_fields(step)
+            if step.point is not None:
+                fields["actual_position"] = dict(fields["target"])
+            fields["site"] = None if site is None else site.model_dump(mode="json")
+            fields["state_changed"] = new_state != state
+            steps.append(fields)
+            state = new_state
+    finally:
+        app.close()
+    changed = [s["state_changed"] for s in steps]
+    last = max((i for i, c in enumerate(changed) if c), default=-1)
+    # Ending on progress is progress (a step between that changed nothing is no loop).
+    stuck_from = None if last == len(changed) - 1 else last + 1
+    meta = {"name": folder.name, "noise": desk.noise.name, "scenario": scenario.name,
+            "stuck_from": stuck_from, "steps": steps}
+    (folder / "sequence.json").write_text(json.dumps(meta, indent=1))
+    print(f"{folder.name}: changed {''.join('1' if c else '0' for c in changed)}"
+          f" stuck_from={stuck_from}", flush=True)
+
+
+def poll_after(desk: Desk, before: Any, step: Step) -> Any:
+    """The agent's _after: poll until the screen changed, up to its timeout; a wait sleeps."""
+    if step.kind == "wait":
+        time.sleep(WAIT_S)
+        return desk.grab()
+    deadline = time.monotonic() + CONFIG.screen_change_timeout_s
+    while True:
+        time.sleep(0.05)
+        after = desk.grab()
+        if screen_changed(before, after) or time.monotonic() >= deadline:
+            return after
+
+
+def plan(noises: list[Noise]) -> list[tuple[Noise, list[Scenario]]]:
+    """Every scenario on four of the noises (every other one, shifted by the scenario)."""
+    return [(noise, [s for s_index, s in enumerate(SCENARIOS)
+                     if (n_index - s_index) % len(noises) in (0, 2, 4, 6)])
+            for n_index, noise in enumerate(noises)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "loop_real")
+    parser.add_argument("--only", default="", help="record only names containing this")
+    parser.add_argument("--noises", default="", help="comma-separated noise names (all)")
+    args = parser.parse_args()
+    rng = random.Random(14)
+    wanted = {n for n in args.noises.split(",") if n}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for noise, scenarios in plan(NOISES):
+            if wanted and noise.name not in wanted:
+                continue
+            todo = [s for s in scenarios if args.only in f"{noise.name}-{s.name}"]
+            if not todo:
+                continue
+            desk = Desk(noise)
+            try:
+                for scenario in todo:
+                    record(desk, scenario, args.out, tmp, rng)
+            finally:
+                desk.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

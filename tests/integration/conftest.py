@@ -1,0 +1,3 @@
+"""Fixtures of the integration tests that not every test run needs to import."""
+
+from tests.wine import agent_bundle, wine, wine_agent  # noqa: F401 - the Wine fixtures

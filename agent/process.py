@@ -22,6 +22,7 @@ The agent never pauses by itself (C5): pauses are the dispatcher's decision.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import queue
@@ -251,7 +252,16 @@ class Agent:
         except (LedgerLocked, LedgerVersionError) as exc:
             logger.error("{}", exc)
             return 2
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
+            if _unwritable(exc):
+                logger.error("cannot write the ledger in {} ({}): the agent does not start,"
+                             " because it never performs an action it cannot record first;"
+                             " give --data-dir a folder on a writable disk with free space",
+                             self.data_dir, exc)
+                return 2
+            if isinstance(exc, OSError):
+                logger.error("cannot open the ledger in {}: {}", self.data_dir, exc)
+                return 2
             # Never start on a fresh ledger silently: the old one knows what already ran.
             logger.error("cannot open the ledger in {}: {}; move it away to start afresh"
                          " (its actions could then run twice)", self.data_dir, exc)
@@ -355,6 +365,17 @@ class Agent:
             if deadline is not None:
                 deadlines.append(deadline)
         return max(0, int((min(deadlines) - now) * 1000) + 1)
+
+
+def _unwritable(exc: OSError | sqlite3.Error) -> bool:
+    """A read-only or full disk (or a folder the agent may not write), as the OS or SQLite
+    says it."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM,
+                             errno.EDQUOT)
+    text = str(exc).lower()
+    return any(word in text for word in ("readonly", "read-only", "disk is full",
+                                         "unable to open", "disk i/o error"))
 
 
 def _drain(sock: socket.socket) -> None:

@@ -274,17 +274,34 @@ heartbeat_liveness = 3
 """
 
 
-def build(out: Path, cache: Path | None = None, root: Path = ROOT) -> Bundle:
-    """Build the folder at ``out`` (which must not exist, or be empty)."""
+def link_or_copy(src: str, dst: str) -> str:
+    """A hard link where the file system allows it (no data written), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+def build(out: Path, cache: Path | None = None, root: Path = ROOT,
+          link: bool = False) -> Bundle:
+    """Build the folder at ``out`` (which must not exist, or be empty).
+
+    ``link``: hard-link the cached interpreter and wheels instead of copying them (the
+    tests' throwaway folders: 130 MB less to write each time). Never edit such a folder's
+    cached files in place."""
     cache = cache or default_cache()
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"{out} exists and is not empty")
     python, site = fetch_python(cache), fetch_site(cache)
     bundle = Bundle(out)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(python, bundle.python_dir)
-    (bundle.python_dir / "python311._pth").write_text(PTH, encoding="ascii")
-    shutil.copytree(site, bundle.site)
+    copy = link_or_copy if link else shutil.copy2
+    shutil.copytree(python, bundle.python_dir, copy_function=copy)
+    pth = bundle.python_dir / "python311._pth"
+    pth.unlink()  # a new file, not a write through a hard link into the cache
+    pth.write_text(PTH, encoding="ascii")
+    shutil.copytree(site, bundle.site, copy_function=copy)
     for rel in agent_files(root):
         target = bundle.app / rel
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ What is run is what is shipped: the agent folder built by ``cli/bundle.py`` (emb
 CPython 3.11, win_amd64 wheels, the agent's code), copied per test session, plus one piece of
 test infrastructure beside ``python.exe``: ``bcryptprimitives.dll``
 (``tests/fixtures/bcryptprimitives.c``, built with mingw-w64), which Wine 8 lacks and real
-Windows has. Recipe and pitfalls: docs/windows.md ("Tests under Wine").
+Windows has. How to use it: README, "The Windows tests, under Wine".
 
 Fixtures (session-scoped unless said):
 
@@ -192,9 +192,14 @@ class Wine:
 
 
 def make_wine(where: Path) -> Wine:
-    """A new prefix under ``where``, a copy of the cached template."""
-    prefix = where / "prefix"
-    shutil.copytree(template_prefix(), prefix, symlinks=True)
+    """A new prefix under ``where``: the cached template's ~700 MB of DLLs hard-linked (Wine
+    never writes them for the same version), its registry files copied (wineserver saves
+    them by writing a new file, but a copy costs nothing)."""
+    template, prefix = template_prefix(), where / "prefix"
+    shutil.copytree(template, prefix, symlinks=True, copy_function=bundle_cmd.link_or_copy)
+    for reg in template.glob("*.reg"):
+        (prefix / reg.name).unlink()
+        shutil.copy2(reg, prefix / reg.name)
     return Wine(prefix)
 
 
@@ -244,7 +249,7 @@ class WineBundle:
 
 def make_bundle(out: Path, wine: Wine) -> WineBundle:
     """Build the agent folder from this checkout at ``out`` and add the shim."""
-    built = bundle_cmd.build(out, cache_dir() / "bundle")
+    built = bundle_cmd.build(out, cache_dir() / "bundle", link=True)
     shutil.copy2(shim_dll(), built.python_dir / "bcryptprimitives.dll")
     return WineBundle(built, wine)
 

@@ -23,6 +23,14 @@ from tests.integration.transport_checks import (
 from tests.wine import WineAgentFactory, WineBundle, windows_path
 
 STEPS = 30
+SLOW_MACHINE = {
+    # This test is about the ledger, not the loop detector (30 clicks) or the watchdog.
+    "RPA_LOOP_DETECTOR_ENABLED": "0", "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60",
+    # A Windows process under Wine starts in seconds, and a shared CI machine may be busy:
+    # patience, so that no heartbeat timing decides anything here.
+    "LEA_BEACON_TIMEOUT_S": "60", "LEA_HEARTBEAT_INTERVAL_MS": "500",
+    "LEA_HEARTBEAT_LIVENESS": "6",
+}
 
 
 def test_the_shipped_agent_starts_on_win32(agent_bundle: WineBundle) -> None:
@@ -63,9 +71,10 @@ def test_thirty_steps_exactly_once_across_kill_9_of_the_windows_agent(
     reported indeterminate (never run blind), the person resumes it, and every input of the
     replay happens exactly once (effects log), the reports all acked (C1), one at a time
     (C2)."""
-    system = System(spawn, lea_env, tmp_path, {"RPA_LOOP_DETECTOR_ENABLED": "0",
-                                               "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60"})
-    agent = wine_agent(system, "win1", {"actions": {"s10": {"delay_s": 120}}})
+    system = System(spawn, lea_env, tmp_path, SLOW_MACHINE, ready_timeout=120)
+    data_dir = tmp_path / "Données de Léa" / "ledger folder"  # bad input: spaces, non-ASCII
+    agent = wine_agent(system, "win1", {"actions": {"s10": {"delay_s": 120}}},
+                       data_dir=data_dir)
     wait_ready(system, agent)
     rid = system.start(workflow(*clicks(STEPS)), "win1")
 
@@ -100,3 +109,5 @@ def test_thirty_steps_exactly_once_across_kill_9_of_the_windows_agent(
     assert_client_invariants(system, agent, ids)
     log = agent_log(agent)
     assert log.count("serving on") == 3, log[-3000:]
+    assert "Données de Léa\\ledger folder\\ledger.sqlite3" in log  # the Windows path
+    assert (data_dir / "ledger.sqlite3").is_file()

@@ -205,3 +205,81 @@ def test_unknown_window_in_front_no_input_at_all(win_desk: WinDesk, executor: Wi
         assert not effects.exists() or read_effects(effects) == []
     finally:
         t.close()
+
+
+# Several monitors (QW1): DISPLAY2 is left of the primary, at x = -1280 ---------------------
+
+@pytest.fixture
+def covers(win_desk: WinDesk, executor: WinExecutor) -> Iterator[dict[int, WinTarget]]:
+    """A borderless window covering each monitor, each its own colour (idx: window)."""
+    made = {1: win_desk.target("Ecran gauche", LEFT, "--popup", "--no-edit", "--color",
+                               "F0E0C0"),
+            0: win_desk.target("Ecran principal", PRIMARY, "--popup", "--no-edit", "--color",
+                               "C0E0F0")}
+    yield made
+    for t in made.values():
+        t.close()
+
+
+COLOURS = {1: (0xF0, 0xE0, 0xC0), 0: (0xC0, 0xE0, 0xF0)}
+
+
+def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
+                                                     covers: dict[int, WinTarget]) -> None:
+    """No monitor_resolution (the router had no heartbeat): the agent finds monitor_index
+    among its own monitors, negative origin included."""
+    for idx, rect, (fx, fy) in ((1, LEFT, (0.25, 0.5)), (0, PRIMARY, (0.75, 0.25)),
+                                (1, LEFT, (0.9, 0.1))):
+        x, y = rect[0] + int(fx * rect[2]), rect[1] + int(fy * rect[3])
+        before = len(covers[idx].events("click"))
+        outcome = executor.run(None, type="click", monitor_index=idx,
+                               target_spec={"x_pct": fx, "y_pct": fy})
+        assert outcome["success"], outcome
+        assert outcome["actual_position"]["x"] == x, outcome
+        got = wait_until(lambda idx=idx, before=before:
+                         len(covers[idx].events("click")) > before and
+                         covers[idx].events("click"))[-1]
+        assert near(got, x, y), (idx, got, (x, y))
+    assert len(covers[0].events("click")) == 1 and len(covers[1].events("click")) == 2
+
+
+def test_capture_of_a_monitor_returns_that_monitor_only(executor: WinExecutor,
+                                                       covers: dict[int, WinTarget]) -> None:
+    for idx, rect in ((1, LEFT), (0, PRIMARY)):
+        shot = executor.ask(op="grab_monitor", idx=idx)
+        assert shot["rect"] == list(rect)
+        image = Image.open(io.BytesIO(base64.b64decode(shot["png"]))).convert("RGB")
+        assert image.size == rect[2:]
+        colours = {c for _n, c in image.getcolors(1 << 20) or []}
+        assert COLOURS[idx] in colours and COLOURS[1 - idx] not in colours, idx
+        assert image.getpixel((rect[2] - 5, rect[3] - 5)) == COLOURS[idx]
+
+
+# DPI: Wine's LogPixels, the same clicks (last: the prefix is restarted) --------------------
+
+@pytest.fixture
+def at_dpi(win_desk: WinDesk, request: pytest.FixtureRequest) -> Iterator[int]:
+    win_desk.set_dpi(request.param)
+    yield request.param
+    win_desk.set_dpi(96)
+
+
+@pytest.mark.parametrize("at_dpi", [120, 144], indirect=True)
+def test_clicks_land_at_high_dpi(win_desk: WinDesk, at_dpi: int) -> None:
+    executor = win_desk.executor(**CONFIG)
+    assert executor.ready["awareness"] == 2
+    t = win_desk.target("Dossier patient", (300, 200, 640, 420))
+    try:
+        assert t.dpi == at_dpi  # the window is scaled: the setting took effect
+        # Physical pixels on both sides: the monitors keep their size.
+        assert [(m["x"], m["y"], m["w"], m["h"]) for m in executor.ready["monitors"]] == [
+            PRIMARY, LEFT]
+        clicks_at(executor, t, [(300, 200), (30, 20), (t.canvas[2] - 20, t.canvas[3] - 20)])
+        outcome = executor.run(ON_PRIMARY, type="click",
+                               target_spec={"anchor_image_base64": anchor_of_button(executor,
+                                                                                    t)})
+        assert outcome["success"] and outcome["resolution_method"] == "template_match", outcome
+        got = wait_until(lambda: len(t.events("click")) == 4 and t.events("click"))[-1]
+        assert near(got, *button_centre(t)), (got, button_centre(t))
+    finally:
+        t.close()

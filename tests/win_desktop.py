@@ -3,10 +3,9 @@
 ``win_desk`` (a session fixture) -> :class:`WinDesk`:
 
 - an X server with two real monitors: Xorg with the ``dummy`` driver, one screen and two
-  RandR outputs placed with xrandr (Xvfb cannot place monitors; docs/windows.md, "Several
-  monitors under Wine"). Wine makes the RandR primary its ``\\\\.\\DISPLAY1`` at (0, 0),
-  1920x1080, and the other output, left of it, ``\\\\.\\DISPLAY2`` at **(-1280, 0)**,
-  1280x1024;
+  RandR outputs placed with xrandr (Xvfb cannot place monitors; README, "Real screens").
+  Wine makes the RandR primary its ``\\\\.\\DISPLAY1`` at (0, 0), 1920x1080, and the other
+  output, left of it, ``\\\\.\\DISPLAY2`` at **(-1280, 0)**, 1280x1024;
 - a WINEPREFIX of its own (its DPI is changed, and its desktop lives on that X server; the
   agent tests' prefix stays untouched) and the agent folder of ``cli/bundle.py``, whose
   Windows python runs the two programs below;

@@ -257,11 +257,17 @@ def test_capture_of_a_monitor_returns_that_monitor_only(executor: WinExecutor,
 
 # DPI: Wine's LogPixels, the same clicks (last: the prefix is restarted) --------------------
 
-@pytest.fixture
-def at_dpi(win_desk: WinDesk, request: pytest.FixtureRequest) -> Iterator[int]:
-    win_desk.set_dpi(request.param)
-    yield request.param
+@pytest.fixture(scope="module")
+def dpi_back_to_96(win_desk: WinDesk) -> Iterator[None]:
+    """Once this module's DPI tests are done (each change restarts Wine's programs)."""
+    yield
     win_desk.set_dpi(96)
+
+
+@pytest.fixture
+def at_dpi(win_desk: WinDesk, dpi_back_to_96: None, request: pytest.FixtureRequest) -> int:
+    win_desk.set_dpi(request.param)
+    return int(request.param)
 
 
 @pytest.mark.parametrize("at_dpi", [120, 144], indirect=True)

@@ -74,7 +74,7 @@ def routed(system: System, index: int, geometry: dict[str, Any] | None = None
     return reply
 
 
-def test_two_monitors_heartbeats_clicks_and_routing_by_geometry(
+def test_two_monitors_heartbeats_clicks_routing_by_geometry_and_the_fail_closed_pause(
         desk_agent: WineAgent, covers: dict[int, WinTarget]) -> None:
     system = desk_agent.system
     # The agent's heartbeats told the router both monitors, the left one at x = -1280.
@@ -102,23 +102,20 @@ def test_two_monitors_heartbeats_clicks_and_routing_by_geometry(
         assert abs(x - ex) <= 2 and abs(y - ey) <= 2, (on_left, on_primary)
     positions = {r["action_id"]: r["body"]["actual_position"] for r in reports(system, rid)}
     assert (positions["s2"]["x"], positions["s2"]["y"]) == (-640, 768)
+    assert [e["action_id"] for e in desk_agent.effects()] == ["s0", "s1", "s2"]
 
-
-def test_an_untitled_window_in_front_pauses_the_replay_without_input(
-        desk_agent: WineAgent, covers: dict[int, WinTarget]) -> None:
-    """What the UAC secure desktop or the lock screen look like to the agent: the replay
-    pauses for a person (pause_reason system_dialog), and nothing reached any window."""
+    # What the UAC secure desktop or the lock screen look like to the agent (an untitled
+    # window in front): the replay pauses for a person, nothing reaches any window.
     covers[0].send("front")
     covers[0].send("title ")
-    system = desk_agent.system
     rid = system.start(workflow(
-        {"type": "click", "monitor_index": 0, "target_spec": {"x_pct": 0.5, "y_pct": 0.5}}),
-        "win1")
+        {"type": "click", "monitor_index": 0, "target_spec": {"x_pct": 0.5, "y_pct": 0.5}},
+        workflow_id="wf2"), "win1")
     paused = system.wait_status(rid, PAUSED, "completed", timeout=120)
     assert paused.status == PAUSED and paused.pause_reason == "system_dialog", paused
     (report,) = reports(system, rid)
     assert report["error"] == "system_dialog:untitled_foreground_window", report
     assert report["body"]["needs_human"]
     time.sleep(0.5)
-    assert covers[0].events("click") == [] and covers[1].events("click") == []
-    assert desk_agent.effects() == []
+    assert len(covers[0].events("click")) == 1 and len(covers[1].events("click")) == 2
+    assert len(desk_agent.effects()) == 3

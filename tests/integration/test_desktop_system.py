@@ -37,7 +37,10 @@ class Desk:
         self.display = xdisplay(MONITORS, window_manager=window_manager)
         self.tmp = tmp
         # Guards may wait for a person: keep the watchdog from calling that an orphan.
-        self.system = System(spawn, env, tmp, extra_env={"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60"})
+        # On a busy machine the actors take seconds to import: patience at start.
+        self.system = System(spawn, env, tmp, extra_env={"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60",
+                                                         "LEA_BEACON_TIMEOUT_S": "30"},
+                             ready_timeout=120)
         self.target = Target(self.display, tmp, "Dossier patient", 1580, 150)
         self.agent = spawn(python_argv(
             "-m", "agent", "--machine-id", "ws1", "--executor", "desktop", "--data-dir",

@@ -6,11 +6,12 @@ builds (tests/wine.py), as a real Windows process that the tests kill -9 for rea
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
 from messages.replay import PauseReplay, ResumeReplay
-from tests.conftest import ROOT, Spawn, wait_until
+from tests.conftest import ROOT, Spawn, free_port, wait_until
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import (
     accepted,
@@ -111,3 +112,35 @@ def test_thirty_steps_exactly_once_across_kill_9_of_the_windows_agent(
     assert log.count("serving on") == 3, log[-3000:]
     assert "Données de Léa\\ledger folder\\ledger.sqlite3" in log  # the Windows path
     assert (data_dir / "ledger.sqlite3").is_file()
+
+
+def test_ctrl_c_stops_the_windows_agent_and_its_ledger_is_locked_meanwhile(
+        agent_bundle: WineBundle, tmp_path: Path) -> None:
+    """Ctrl-C (Wine turns SIGINT into the console's CTRL_C_EVENT): Python's handler, the
+    wake-up socket, a clean stop with exit 0. Meanwhile a second agent on the same ledger
+    is refused (filelock's LockFileEx on Windows), naming the holder's pid; after the stop
+    the lock is free again."""
+    data_dir = windows_path(tmp_path / "ledger")
+    argv = ["-m", "agent", "--machine-id", "ctrl1", "--data-dir", data_dir,
+            "--connect", f"tcp://127.0.0.1:{free_port()}"]  # no broker: it need not serve
+    log = tmp_path / "agent.log"
+    env = agent_bundle.wine.env(PYTHONUNBUFFERED="1")
+    first = agent_bundle.popen_python(*argv, log=log, env=env)
+    wait_until(lambda: "serving on" in log.read_text(errors="replace"), timeout=120)
+
+    second = agent_bundle.run_python(*argv, env=env)
+    assert second.returncode == 2, second.stdout
+    pid = re.search(r"in use by another agent \(pid (\d+)\)", second.stdout)
+    assert pid is not None, second.stdout
+    assert f"agent.ctrl1[{pid.group(1)}]" in log.read_text(errors="replace")
+
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=60) == 0
+    text = log.read_text(errors="replace")
+    assert "got SIGINT, stopping" in text and "agent.ctrl1: stopped" in text, text[-2000:]
+
+    again = agent_bundle.popen_python(*argv, log=tmp_path / "again.log", env=env)
+    wait_until(lambda: "serving on" in (tmp_path / "again.log").read_text(errors="replace"),
+               timeout=120)
+    again.send_signal(signal.SIGINT)
+    assert again.wait(timeout=60) == 0

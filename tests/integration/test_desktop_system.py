@@ -33,11 +33,14 @@ pytestmark = pytest.mark.timeout(180)
 
 class Desk:
     def __init__(self, xdisplay: XDisplayFactory, spawn: Spawn, env: dict[str, str],
-                 tmp: Path, correction_s: float) -> None:
-        self.display = xdisplay(MONITORS, window_manager=True)
+                 tmp: Path, correction_s: float, window_manager: bool = True) -> None:
+        self.display = xdisplay(MONITORS, window_manager=window_manager)
         self.tmp = tmp
         # Guards may wait for a person: keep the watchdog from calling that an orphan.
-        self.system = System(spawn, env, tmp, extra_env={"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60"})
+        # On a busy machine the actors take seconds to import: patience at start.
+        self.system = System(spawn, env, tmp, extra_env={"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60",
+                                                         "LEA_BEACON_TIMEOUT_S": "30"},
+                             ready_timeout=120)
         self.target = Target(self.display, tmp, "Dossier patient", 1580, 150)
         self.agent = spawn(python_argv(
             "-m", "agent", "--machine-id", "ws1", "--executor", "desktop", "--data-dir",
@@ -145,3 +148,30 @@ def test_wrong_window_guard_pauses_then_a_correction_resumes(desk: Desk) -> None
     (report,) = reports(system, rid2)
     assert report["warning"] == "setup_guard_window_mismatch" and report["success"]
     assert report["body"]["correction"]["corrected_title"] == "Calculatrice"
+
+
+def test_without_a_readable_active_window_no_input_and_the_replay_pauses(
+        xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """A display with no window manager and no focused named window: the agent cannot tell
+    which window its input would reach (what the UAC secure desktop looks like on Windows).
+    It sends nothing; the step reports a system dialog and the replay pauses for a person."""
+    desk = Desk(xdisplay, spawn, lea_env, tmp_path, correction_s=5.0, window_manager=False)
+    try:
+        t = desk.target
+        rid = desk.system.start(workflow(
+            {"type": "click", **desk.on_second(t.canvas[0] + 300, t.canvas[1] + 200)},
+            {"type": "type", **desk.on_second(t.entry[0] + 40, t.entry[1] + 10),
+             "parameters": {"text": "MOREL"}}), "ws1")
+        paused = desk.system.wait_status(rid, PAUSED, "completed", timeout=60)
+        assert paused.status == PAUSED and paused.pause_reason == "system_dialog", paused
+        (report,) = reports(desk.system, rid)
+        assert report["error"] == "system_dialog:no_foreground_window", report
+        assert report["body"]["needs_human"]
+        assert report["body"]["system_dialog"]["category"] == "no_foreground_window"
+        time.sleep(0.5)
+        assert t.events("click") == [] and t.events("text") == []
+        effects = tmp_path / "effects.jsonl"
+        assert not effects.exists() or effects.read_text() == ""
+    finally:
+        t.close()

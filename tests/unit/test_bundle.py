@@ -1,0 +1,64 @@
+"""The Windows agent folder's recipe (cli/bundle.py): what goes in, without building it.
+
+Building and running the folder is tests/integration/test_wine_agent.py's job (under Wine).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cli import bundle
+
+
+def test_the_folder_holds_the_agent_and_what_it_imports_only() -> None:
+    modules = bundle.agent_modules()
+    for needed in ("agent.process", "agent.ledger", "agent.console_stop",
+                   "agent.executors.desktop", "agent.screen.win32", "broker.worker",
+                   "broker.client", "broker.config", "messages.codec", "cli.agent_cmd",
+                   "cli.agent_link", "supervision.liveness", "cli", "supervision"):
+        assert needed in modules
+    for server_side in ("actors", "console", "supervision.tree", "supervision.supervisor",
+                        "broker.broker", "cli.main", "cli.bundle"):
+        assert server_side not in modules
+    files = bundle.agent_files()
+    assert Path("agent/__main__.py") in files and Path("cli/__init__.py") in files
+    assert all(p.suffix == ".py" for p in files)
+
+
+def test_windows_requirements_come_from_pyproject(tmp_path: Path) -> None:
+    resolved, no_deps = bundle.requirements()
+    assert "numpy==1.26.4" in resolved  # within pyproject's range; what Wine can run
+    assert any(r.startswith("pyzmq>=") for r in resolved)
+    assert any(r.startswith("filelock>=") for r in resolved)
+    assert {"colorama>=0.3.4", "win32-setctime>=1.0.0"} <= set(resolved)
+    assert any(r.startswith("pyautogui>=") for r in no_deps)
+    assert not any("python-xlib" in r or ";" in r for r in resolved + no_deps)
+
+    lacking = tmp_path / "pyproject.toml"
+    lacking.write_text('[project]\ndependencies = ["pyzmq>=26"]\n')
+    try:
+        bundle.requirements(lacking)
+    except bundle.BundleError as exc:
+        assert "msgpack" in str(exc)
+    else:
+        raise AssertionError("a pyproject without the agent's dependencies was accepted")
+
+
+def test_the_launcher_is_a_windows_batch_file() -> None:
+    assert "\r" not in bundle.LAUNCHER  # written with CRLF by build()
+    assert "-m agent --machine-id" in bundle.LAUNCHER
+    assert 'LEA_CONFIG=%~dp0lea-agent.toml' in bundle.LAUNCHER
+    assert bundle.PTH.splitlines() == ["python311.zip", ".", "..\\site", "..\\app",
+                                       "import site"]
+
+
+def test_an_existing_folder_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "precious").write_text("x")
+    try:
+        bundle.build(tmp_path / "out", tmp_path / "cache")
+    except bundle.BundleError as exc:
+        assert "not empty" in str(exc)
+    else:
+        raise AssertionError("built over a non-empty folder")
+    assert (tmp_path / "out" / "precious").read_text() == "x"

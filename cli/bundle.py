@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import compileall
 import hashlib
 import importlib.util
 import os
@@ -320,6 +321,10 @@ def build(out: Path, cache: Path | None = None, root: Path = ROOT,
         target = bundle.app / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, target)
+    # Compiled here (CPython 3.11's bytecode is the same on every OS; built by another
+    # version, the files are just ignored): the first start on the workstation compiles
+    # nothing, and an install folder users cannot write is fine.
+    compileall.compile_dir(bundle.app, quiet=1)
     bundle.launcher.write_bytes(LAUNCHER.replace("\n", "\r\n").encode("ascii"))
     bundle.config.write_text(SAMPLE_CONFIG, encoding="utf-8")
     (out / "keys").mkdir()

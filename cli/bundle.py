@@ -42,8 +42,9 @@ answer; 3.11 is what is tested, so it is what is shipped."""
 WHEEL_TAGS = ["--platform", "win_amd64", "--python-version", "3.11", "--implementation", "cp",
               "--only-binary=:all:"]
 BINARY_DEPENDENCIES = ("pyzmq", "msgpack", "pydantic", "pydantic-settings", "loguru", "pillow",
-                       "screeninfo", "mss", "numpy", "filelock")
-"""Resolved with their own dependencies; specifiers from pyproject.toml."""
+                       "screeninfo", "mss", "numpy", "filelock", "rapidfuzz", "tesserocr")
+"""Resolved with their own dependencies; specifiers from pyproject.toml. tesserocr's wheel
+carries libtesseract; its language models come from ``LEA_OCR_TESSDATA`` (docs/grounding.md)."""
 WINDOWS_ONLY = ("colorama>=0.3.4", "win32-setctime>=1.0.0")
 """loguru's Windows-only dependencies: pip evaluates markers such as ``sys_platform ==
 "win32"`` against the machine it runs on, so they are named here."""

@@ -310,7 +310,10 @@ class Actor:
                         poller.register(sock, zmq.POLLIN)
                 ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
                 replies: list[tuple[Worker, Request, bytes]] = []
-                for index, worker in enumerate(self.workers):
+                # Oldest idle first: the order the broker handed them their requests.
+                for index in sorted(range(len(self.workers)),
+                                    key=lambda i: self.workers[i].idle_since):
+                    worker = self.workers[index]
                     if worker.socket not in ready:
                         continue
                     self._serving = index

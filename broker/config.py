@@ -6,7 +6,10 @@ variables, the TOML file named by ``--config`` / ``LEA_CONFIG``, then the defaul
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,7 @@ class Settings(BaseSettings):
     keys_dir: str = ""  # "" = <data_dir>/keys (see broker/curve.py for its layout)
     # The tree's own door (broker/tree_door.py): an ipc:// socket in a directory only the
     # tree's user may enter; the actors' services are served from it only.
-    # "" = ipc://<data_dir>/run/tree.sock
+    # "" = ipc://<tmp>/lea-<uid>-<key of data_dir>/tree.sock (tree_mdp_endpoint says why)
     tree_endpoint: str = Field("", pattern=r"^(ipc://.+)?$")
     # The supervisor console (console/): a web page on console_host:console_port (0 = no
     # console). Beyond loopback it needs console_token (console/access.py says why and how).
@@ -68,8 +71,16 @@ class Settings(BaseSettings):
 
     @property
     def tree_mdp_endpoint(self) -> str:
-        """Where the tree's own processes (the actors) reach the broker."""
-        return self.tree_endpoint or f"ipc://{self.data_dir / 'run' / 'tree.sock'}"
+        """Where the tree's own processes (the actors) reach the broker. By default a socket in
+        a directory of this user's under the system's temporary folder, named after the data
+        directory (one door per tree): not in the data directory itself, which may be on a
+        filesystem that holds no sockets (FUSE, network shares) or too deep for a socket
+        path."""
+        if self.tree_endpoint:
+            return self.tree_endpoint
+        key = hashlib.sha256(os.fsencode(self.data_dir.resolve())).hexdigest()[:16]
+        uid = "w" if sys.platform == "win32" else str(os.getuid())
+        return f"ipc://{Path(tempfile.gettempdir()) / f'lea-{uid}-{key}' / 'tree.sock'}"
 
     @property
     def keys_path(self) -> Path:

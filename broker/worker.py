@@ -93,6 +93,11 @@ class Worker:
             self._ready_at = None
             sock.send_multipart(mdp.worker_ready(self.service))
         self.ready_sent_at = self.heard_at = self.sent_at = now + delay_s
+        # When this connection last went back to the broker's waiting list (READY or a
+        # FINAL): the broker hands the next request to the one waiting longest (RFC 18 leaves
+        # it open; broker/majordomo.py does LRU), so a process serving several connections
+        # reads them in this order to take requests in the order they were sent.
+        self.idle_since = self.ready_sent_at
         self.requested = False
         return sock
 
@@ -149,6 +154,8 @@ class Worker:
         """Send PARTIAL (``final=False``) or FINAL for ``request``."""
         _send_blocking(self.socket, mdp.worker_reply(request.client, *body, final=final))
         self.sent_at = time.monotonic()
+        if final:
+            self.idle_since = self.sent_at
 
     def tick(self, now: float | None = None) -> None:
         """Heartbeat when due; reconnect when the broker has been silent past liveness."""
@@ -159,7 +166,7 @@ class Worker:
             self._ready_at = None
             with contextlib.suppress(zmq.Again):
                 self.socket.send_multipart(mdp.worker_ready(self.service), zmq.NOBLOCK)
-            self.ready_sent_at = self.heard_at = self.sent_at = now
+            self.ready_sent_at = self.heard_at = self.sent_at = self.idle_since = now
             return
         if now - self.heard_at > self.heartbeat_interval_s * self.liveness:
             self.reconnect("broker silent past liveness")

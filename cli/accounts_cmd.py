@@ -18,13 +18,16 @@ import json
 import sys
 import time
 from datetime import datetime
-from typing import TextIO, cast
+from typing import TYPE_CHECKING, TextIO, cast, get_args
 
 from broker.config import Settings
 from cli.whoami import os_user
-from console.account_store import AccountStore
-from console.accounts import ROLES, hash_password, name_problem, password_problem
 from messages.replay import Role
+
+if TYPE_CHECKING:
+    from console.account_store import AccountStore
+
+ROLES = get_args(Role)
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -63,6 +66,11 @@ def read_password(name: str, stdin: TextIO = sys.stdin) -> str:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
+    # Imported here: run.py's parser is built by the Windows agent's `run.py agent` too, and
+    # the console (argon2) is not part of the agent's folder.
+    from console.account_store import AccountStore
+    from console.accounts import hash_password, name_problem, password_problem
+
     command = args.accounts_command
     store = AccountStore.in_dir(settings.data_dir)
     by = {"os_user": os_user(), "via": "command_line"}

@@ -88,6 +88,8 @@ class WatchdogActor(Actor):
 
     def scan(self, now: float) -> None:
         for question in self.core.scan(now):
+            logger.info("watchdog: {} (attempt {}) timed out: asking the dispatcher ({})",
+                        question.action_id, question.attempt_id, question.type_name)
             self.call("dispatcher", question, self._answered(question), timeout_s=5.0,
                       retries=2)
 

@@ -26,6 +26,7 @@ import zmq
 
 from agent.effects import read_effects
 from broker.client import SyncClient
+from broker.config import Settings
 from broker.worker import Worker
 from messages.base import Message
 from messages.codec import decode, encode
@@ -173,7 +174,8 @@ def system(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> Any:
     endpoint = lea_env["LEA_MDP_ENDPOINT"]
     spawn(python_argv("-m", "broker"), env=lea_env, name="broker")
     # It serves 'dispatcher': only from the tree's own door (broker/tree_door.py).
-    dispatcher = FakeDispatcher(f"ipc://{lea_env['LEA_DATA_DIR']}/run/tree.sock")
+    door = Settings(data_dir=Path(lea_env["LEA_DATA_DIR"])).tree_mdp_endpoint
+    dispatcher = FakeDispatcher(door)
     dispatcher.start()
     client = SyncClient(endpoint)
     wait_until(lambda: client.raw("mmi.service", b"dispatcher", timeout_s=1.0) == [b"200"],

@@ -21,10 +21,10 @@ from tests.conftest import ROOT, free_port, python_argv
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs, unmounted at teardown."""
+    """A 256 KiB tmpfs (room for a ledger and its checkpoint), unmounted at teardown."""
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")

@@ -56,7 +56,7 @@ from tests.integration.system import Agent, System
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM_SOURCE = ROOT / "tests" / "fixtures" / "bcryptprimitives.c"
-APT_PACKAGES = ("wine64", "gcc-mingw-w64-x86-64")
+APT_PACKAGES = ("wine", "wine64", "gcc-mingw-w64-x86-64")
 WINE_BASE_ENV = {
     "WINEDEBUG": "-all",
     # No Mono / Gecko installer dialog when a prefix is made: nothing here needs them.

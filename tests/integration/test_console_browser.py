@@ -116,8 +116,10 @@ def test_a_checklist_pause_is_answered_in_the_browser(
 
         # Forced: someone enables the button from the browser's devtools and clicks. The
         # dispatcher refuses, the page says so, and the pause (with its ticks) stays.
-        page.evaluate("document.querySelector('#continue').disabled = false")
-        go_on.click()
+        # Enabled and clicked in one task: a live update re-rendering the page in between
+        # would disable it again, and a click on a disabled button sends nothing.
+        page.evaluate("(b => { b.disabled = false; b.click(); })"
+                      "(document.querySelector('#continue'))")
         toast = page.locator("#toast")
         expect(toast).to_be_visible()
         expect(toast).to_contain_text("Reprise refusée")
@@ -236,8 +238,10 @@ def test_a_viewer_sees_the_pause_but_cannot_answer_it(
         shoot(page, "09-viewer-read-only")
 
         # Forced from the browser's devtools: the server refuses, nothing happens.
-        page.evaluate("document.querySelector('#continue').disabled = false")
-        page.locator("#continue").click()
+        # Enabled and clicked in one task: a live update re-rendering the page in between
+        # would disable it again, and a click on a disabled button sends nothing.
+        page.evaluate("(b => { b.disabled = false; b.click(); })"
+                      "(document.querySelector('#continue'))")
         expect(page.locator("#toast")).to_contain_text("lecture seule")
         shoot(page, "10-viewer-forced-resume-refused")
         forced = page.evaluate("""async (base) => {

@@ -79,7 +79,10 @@ class Settings(BaseSettings):
         if self.tree_endpoint:
             return self.tree_endpoint
         key = hashlib.sha256(os.fsencode(self.data_dir.resolve())).hexdigest()[:16]
-        uid = "w" if sys.platform == "win32" else str(os.getuid())
+        if sys.platform == "win32":
+            uid = "w"
+        else:
+            uid = str(os.getuid())
         return f"ipc://{Path(tempfile.gettempdir()) / f'lea-{uid}-{key}' / 'tree.sock'}"
 
     @property

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from actors import ACTORS, actor_class
-from broker.config import load_settings
-from broker.logs import setup_logging
+from runtime.logs import setup_logging
+from runtime.settings import load_settings
 
 
 def main(argv: list[str]) -> int:

@@ -27,17 +27,17 @@ from typing import Any, ClassVar, TypeVar, cast
 import zmq
 from loguru import logger
 
-from broker.bus import Publisher
-from broker.bus_proxy import RateLimit
-from broker.client import Callback, Client
-from broker.config import Settings
-from broker.peer_id import identity_of
-from broker.worker import Request, Worker, answer
 from messages import events
 from messages.base import Message
 from messages.codec import Envelope, encode
 from messages.control import ErrorReply, Ping, Pong
-from supervision.liveness import Beacon
+from runtime.liveness import Beacon
+from runtime.rate_limit import RateLimit
+from runtime.settings import Settings
+from transport.bus import Publisher
+from transport.client import Callback, Client
+from transport.peer_id import identity_of
+from transport.worker import Request, Worker, answer
 
 M = TypeVar("M", bound=Message)
 
@@ -45,7 +45,7 @@ M = TypeVar("M", bound=Message)
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """A request being served: its envelope id, the MDP address of the client, and who sent
-    it: the identity the broker authenticated (CURVE, broker/peer_id.py), or None for a peer
+    it: the identity the broker authenticated (CURVE, transport/peer_id.py), or None for a peer
     of the plain loopback endpoint (a local actor or command line: trusted)."""
 
     id: str

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from broker.config import load_settings
-from cli import agent_cmd
+from agent import command as agent_cmd
+from runtime.settings import load_settings
 
 
 def main(argv: list[str]) -> int:

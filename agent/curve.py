@@ -21,7 +21,7 @@ import zmq
 from loguru import logger
 from zmq.utils.monitor import recv_monitor_message
 
-from broker.curve import key_prefix, read_key_file
+from transport.curve_keys import key_prefix, read_key_file
 
 EXIT_REFUSED = 3
 """The agent's exit status when the broker refused its handshake (--exit-on-auth-failure)."""

@@ -21,11 +21,11 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent.screen.probe import ScreenProbe, ScreenState
-from broker.client import CallFailed, Client
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply
 from messages.monitor import MAX_MONITORS, AgentHeartbeat, Monitor
+from transport.client import CallFailed, Client
 
 MONITOR_ROUTER = "monitor_router"
 MAX_TITLE = 1024

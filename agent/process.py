@@ -53,10 +53,6 @@ from agent.pause_notice import PauseNotices
 from agent.reports import Retrying
 from agent.screen.probe import probe_for
 from agent.serve import Intake
-from broker.client import Client
-from broker.config import Settings
-from broker.peer_id import identity_of
-from broker.worker import Request, Worker, answer
 from messages.base import Message
 from messages.codec import Envelope, MessageError
 from messages.control import ErrorReply, Ping, Pong
@@ -66,7 +62,11 @@ from messages.dispatch import (
 )
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.safety import CaptureScreen, ScreenCaptured
-from supervision.liveness import Beacon
+from runtime.liveness import Beacon
+from runtime.settings import Settings
+from transport.client import Client
+from transport.peer_id import identity_of
+from transport.worker import Request, Worker, answer
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SHUTDOWN_GRACE_S = 3.0
@@ -160,7 +160,7 @@ class Agent:
         body = envelope.body
         if sender is not None and not isinstance(body, Ping):
             # Actions and pauses come from the dispatcher, a local peer: never from another
-            # agent that came in with CURVE (broker/peer_id.py).
+            # agent that came in with CURVE (transport/peer_id.py).
             logger.warning("refused a {!r} request from agent {!r}", envelope.type, sender)
             return ErrorReply(code="forbidden", message=(
                 f"{self.service} takes {envelope.type!r} from the dispatcher only, not from"

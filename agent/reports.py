@@ -18,10 +18,10 @@ from loguru import logger
 
 from agent.executors.base import ActionOutcome
 from agent.ledger import LedgerEntry
-from broker.client import CallFailed, Client
 from messages.base import Message
 from messages.codec import Envelope
 from messages.dispatch import ActionReport, DispatchAction
+from transport.client import CallFailed, Client
 
 BACKOFF_S: tuple[float, ...] = (1.0, 3.0, 7.0)
 """Wait before each re-send; the last one repeats for ever."""

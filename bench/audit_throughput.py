@@ -35,11 +35,11 @@ from benchkit import ECHO, ROOT, CpuMeter, free_port, quiet_logs, verdict
 
 from actors.audit_log.chain import canonical
 from actors.audit_log.screenshots import ScreenshotFiles
-from broker import mdp
-from broker.client import SyncClient
 from cli.ping import service_pid
 from messages.audit import AppendRecords, AuditHead, AuditRecordIn, GetAuditHead
 from messages.codec import decode, encode
+from transport import mdp
+from transport.client import SyncClient
 
 TARGET = 5000.0
 

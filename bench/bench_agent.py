@@ -1,6 +1,6 @@
 """A light bench agent: the protocol of agent/process.py without an executor or a ledger.
 
-Like the real agent it is an MDP worker of ``agent.<machine_id>`` (broker.worker.Worker),
+Like the real agent it is an MDP worker of ``agent.<machine_id>`` (transport.worker.Worker),
 answers each :class:`DispatchAction` with :class:`ActionReceived` and sends an
 :class:`AgentHello` at start and after each reconnection. Before running an attempt of an
 input action (messages.workflow.INPUT_TYPES) it claims it from ``dispatcher``
@@ -48,12 +48,12 @@ from bench_wire import (
 )
 from benchkit import ECHO, dispatch_sized_body, quiet_logs
 
-from broker import mdp
-from broker.worker import Request
 from messages.base import Message
 from messages.codec import MessageError, decode, encode, new_id
 from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import DispatchAction
+from transport import mdp
+from transport.worker import Request
 
 __all__ = ["BenchAgent", "Host", "main"]
 

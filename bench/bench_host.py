@@ -1,6 +1,6 @@
 """The bench agents' connections and loop (bench/bench_agent.py).
 
-:class:`FastWorker` is broker.worker.Worker reading only what waits; :class:`Requests` is
+:class:`FastWorker` is transport.worker.Worker reading only what waits; :class:`Requests` is
 agent.reports.Retrying on a client socket of its own, for pre-encoded requests; :class:`Host`
 runs many agents in one loop that waits on their sockets' ZMQ_FDs with epoll, so a wake-up
 costs what is ready, not a zmq_poll of every socket.
@@ -24,15 +24,15 @@ from bench_wire import check_wire, reply_of
 from loguru import logger
 
 from agent.reports import backoff
-from broker import mdp
-from broker.frames import poll_items, recv_frames, send_frames, zmq_poll
-from broker.worker import Request, Worker
+from transport import mdp
+from transport.frames import poll_items, recv_frames, send_frames, zmq_poll
+from transport.worker import Request, Worker
 
 DISPATCHER = b"dispatcher"
 
 
 class FastWorker(Worker):
-    """broker.worker.Worker whose drain reads while a message waits, instead of until a
+    """transport.worker.Worker whose drain reads while a message waits, instead of until a
     receive fails: that zmq.Again costs about 3.5 us (an exception, and an import in
     ZMQError.__init__) on every drain."""
 
@@ -82,7 +82,7 @@ class Requests:
 
     def __init__(self, ctx: zmq.Context[Any], endpoint: str) -> None:
         sock: zmq.Socket[bytes] = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)  # the options of broker.client.Client's socket
+        sock.setsockopt(zmq.LINGER, 0)  # the options of transport.client.Client's socket
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         sock.connect(endpoint)

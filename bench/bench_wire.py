@@ -23,7 +23,6 @@ if str(ROOT) not in sys.path:
 import msgpack  # noqa: E402
 
 from agent.reports import readdress as agent_readdress  # noqa: E402
-from broker import mdp  # noqa: E402
 from messages.codec import PROTOCOL_VERSION, decode, encode  # noqa: E402
 from messages.control import ErrorReply  # noqa: E402
 from messages.dispatch import (  # noqa: E402
@@ -37,6 +36,7 @@ from messages.dispatch import (  # noqa: E402
     ReportAck,
 )
 from messages.workflow import INPUT_TYPES, Action  # noqa: E402
+from transport import mdp  # noqa: E402
 
 _packer = msgpack.Packer(use_bin_type=True)  # one process, one thread: one Packer
 ALREADY_EXECUTED = "already_executed"  # agent.reports.readdress's warning

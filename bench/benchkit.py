@@ -29,14 +29,14 @@ import zmq  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from actors import ACTORS  # noqa: E402
-from broker import mdp  # noqa: E402
-from broker.client import SyncClient  # noqa: E402
-from broker.worker import Worker  # noqa: E402
 from cli.ping import service_pid  # noqa: E402
 from messages.codec import encode  # noqa: E402
 from messages.dispatch import DispatchAction, DispatchMeta  # noqa: E402
 from messages.workflow import Action, Workflow  # noqa: E402
 from supervision.tree import child_pid  # noqa: E402
+from transport import mdp  # noqa: E402
+from transport.client import SyncClient  # noqa: E402
+from transport.worker import Worker  # noqa: E402
 
 ECHO = "bench.echo"
 

@@ -35,7 +35,7 @@ from zmq.backend import Socket as _RawSocket
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's packages
 
-from broker.frames import send_frames  # noqa: E402
+from transport.frames import send_frames  # noqa: E402
 
 C_HDR, W_HDR = b"MDPC02", b"MDPW02"
 SERVICE = b"bench"
@@ -62,7 +62,7 @@ def body_300() -> bytes:
 
 def recv_wait(sock: zmq.Socket[bytes]) -> list[bytes]:
     """A blocking ``recv_multipart`` (raises zmq.Again after RCVTIMEO), minus pyzmq's Python
-    layers like :func:`broker.frames.send_frames`: every peer here, floors included, uses
+    layers like :func:`transport.frames.send_frames`: every peer here, floors included, uses
     these two, so that the figures compare the paths rather than pyzmq wrappers."""
     frame = _recv(sock, 0, False)
     frames = [frame.bytes]

@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zmq
 from benchkit import CpuMeter, Tree, noop_workflow, pct, quiet_logs, row, tree, verdict
 
-from broker.client import CallFailed, Client
 from messages.base import Message
 from messages.codec import Envelope
 from messages.replay import (
@@ -42,6 +41,7 @@ from messages.replay import (
     ReplayStatusReply,
     StartReplay,
 )
+from transport.client import CallFailed, Client
 
 TARGET_STEPS_S = 1000.0
 TARGET_P99_S = 0.100

@@ -20,18 +20,20 @@ import zmq
 from loguru import logger
 
 from broker import tree_door
-from broker.bus_proxy import BATCH, BusProxy, RateLimit
-from broker.config import Settings, load_settings
-from broker.curve import ZAP_DOMAIN, CurveConfigError, CurveListener
-from broker.frames import poll_items, recv_message, zmq_poll
-from broker.logs import setup_logging
+from broker.bus_proxy import BATCH, BusProxy
+from broker.curve import ZAP_DOMAIN, CurveListener
 from broker.majordomo import Majordomo
 from broker.monitor import SocketMonitor
 from broker.refusal_audit import RefusalAudit
 from broker.tree_door import TreeDoorError
 from broker.zap import Verdict, ZapServer
 from messages.events import BAD_MESSAGE, PEER_REFUSED, WORKER_REFUSED
-from supervision.liveness import BEAT_INTERVAL_S, Beacon
+from runtime.liveness import BEAT_INTERVAL_S, Beacon
+from runtime.logs import setup_logging
+from runtime.rate_limit import RateLimit
+from runtime.settings import Settings, load_settings
+from transport.curve_keys import CurveConfigError
+from transport.frames import poll_items, recv_message, zmq_poll
 
 HWM = 100_000
 BAD_EVENTS_PER_S = 50.0

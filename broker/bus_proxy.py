@@ -14,8 +14,9 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from broker.bus import Subscriptions, event_frames
-from broker.frames import PollItems, poll_items, recv_frames, send_frames, zmq_poll
+from runtime.rate_limit import RateLimit
+from transport.bus import Subscriptions, event_frames
+from transport.frames import PollItems, poll_items, recv_frames, send_frames, zmq_poll
 
 #: Messages moved per wake-up before the loop looks at its other sockets again.
 BATCH = 1000
@@ -26,25 +27,6 @@ BUS_HWM = 100_000
 SUBSCRIPTION_KINDS = (b"\x00", b"\x01")
 
 EventData = dict[str, Any] | Callable[[], dict[str, Any]]
-
-
-class RateLimit:
-    """A token bucket: ``allow()`` is True at most ``rate`` times a second (bursts of ``rate``)."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.tokens = rate
-        self.stamp = time.monotonic()
-        self.dropped = 0
-
-    def allow(self, now: float) -> bool:
-        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        self.dropped += 1
-        return False
 
 
 class BusProxy:

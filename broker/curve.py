@@ -1,4 +1,5 @@
-"""CURVE for agents (DESIGN.md §9): key files, the allow-list, and its ZAP judge.
+"""CURVE for agents (DESIGN.md §9): the broker's listener, the allow-list, and its ZAP judge
+(the key files are read by :mod:`transport.curve_keys`).
 
 The broker's one ROUTER gets another listener, ``curve_endpoint``, that is a CURVE server,
 for agents outside and for agents through an SSH tunnel alike; the loopback
@@ -12,15 +13,6 @@ publish ``lea:peer_refused``. An allow-list file whose name starts with ``@`` is
 User-Ids are the broker's own (broker/tree_door.py). The allow-list is read again whenever
 a file in its directory changes, so a key added or removed counts at the next handshake,
 without a restart.
-
-Layout of a keys directory (``python run.py keys generate``)::
-
-    server.key           the broker's public key: every agent needs it (--server-key)
-    server.key_secret    the broker's secret key: stays on the server
-    allowed/<M>.key      the allow-list: one agent public key per file; <M> names the agent
-                         (it becomes the connection's ZMQ User-Id)
-    agents/<M>.key       agent M's public key: copy it into allowed/ to let M in
-    agents/<M>.key_secret  agent M's secret key: for that workstation only (--agent-key)
 """
 
 from __future__ import annotations
@@ -28,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,71 +28,12 @@ import zmq.auth
 from loguru import logger
 from zmq.utils import z85
 
-from broker.bus_proxy import RateLimit
 from broker.zap import Verdict
 from messages.events import PEER_REFUSED
+from runtime.rate_limit import RateLimit
+from transport.curve_keys import CurveConfigError, KeyLayout, key_prefix, read_key_file
 
 ZAP_DOMAIN = b"lea"
-KEY_PREFIX = 8  # z85 characters of a key shown in logs and events
-
-
-class CurveConfigError(ValueError):
-    """A key file or directory that cannot be used; the message says which and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class KeyLayout:
-    """Where the files of a keys directory are (module docstring)."""
-
-    root: Path
-
-    @property
-    def server_public(self) -> Path:
-        return self.root / "server.key"
-
-    @property
-    def server_secret(self) -> Path:
-        return self.root / "server.key_secret"
-
-    @property
-    def allowed(self) -> Path:
-        return self.root / "allowed"
-
-    def agent_public(self, name: str) -> Path:
-        return self.root / "agents" / f"{name}.key"
-
-    def agent_secret(self, name: str) -> Path:
-        return self.root / "agents" / f"{name}.key_secret"
-
-
-def _z85_key(value: bytes | None, path: Path, what: str) -> bytes:
-    if value is None:
-        raise CurveConfigError(f"{path}: no {what} (is it the right file?)")
-    try:
-        if len(value) == 40 and len(z85.decode(value)) == 32:
-            return value
-    except (ValueError, KeyError, IndexError):
-        pass
-    raise CurveConfigError(f"{path}: the {what} is not a 40-character Z85 CURVE key")
-
-
-def read_key_file(path: Path, secret: bool = False) -> tuple[bytes, bytes | None]:
-    """The Z85 (public, secret) keys of a certificate file; ``secret``: the secret is needed."""
-    try:
-        public, secret_key = zmq.auth.load_certificate(path)
-    except OSError as exc:
-        raise CurveConfigError(f"cannot read the key file {path}: {exc}") from exc
-    except ValueError as exc:
-        raise CurveConfigError(f"{path}: {exc}") from exc
-    public = _z85_key(public, path, "public key")
-    if secret:
-        return public, _z85_key(secret_key, path, "secret key (a *.key_secret file)")
-    return public, None
-
-
-def key_prefix(public_z85: bytes) -> str:
-    """The first characters of a key: enough to match logs of both sides, short to read."""
-    return public_z85[:KEY_PREFIX].decode("ascii", "replace")
 
 
 class AllowList:

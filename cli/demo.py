@@ -20,9 +20,6 @@ from typing import TextIO
 import zmq
 
 from actors import ACTORS
-from broker.bus import Subscriber
-from broker.client import CallFailed, SyncClient
-from broker.config import Settings, settings_env
 from cli.ollama_stub import OllamaStub
 from cli.ping import ping_service
 from cli.replay_cmd import check_lines, describe, pause_lines
@@ -39,6 +36,9 @@ from messages.replay import (
     ResumeReplay,
     StartReplay,
 )
+from runtime.settings import Settings, settings_env
+from transport.bus import Subscriber
+from transport.client import CallFailed, SyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "admission_note.json"

@@ -1,6 +1,6 @@
 """``run.py keys generate``: the CURVE key pairs of the broker and of agents.
 
-The layout is in broker/curve.py. An existing key is never overwritten: a new server key
+The layout is in transport/curve_keys.py. An existing key is never overwritten: a new server key
 would lock every agent out, a new agent key would orphan the one in the allow-list.
 """
 
@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from actors.durability import fsync_dir, fsync_file, write_atomic
-from broker.config import Settings
+from runtime.durability import fsync_dir, fsync_file, write_atomic
+from runtime.settings import Settings
 
 _NAME_HELP = "agent name (its machine id): letters, digits, '_', '.', '-'"
 
@@ -54,7 +54,7 @@ def _pair(directory: Path, name: str) -> tuple[Path, Path, bool]:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Create what is missing and say where everything is; 2 on a bad name or an I/O error."""
     from agent.process import MACHINE_ID
-    from broker.curve import KeyLayout
+    from transport.curve_keys import KeyLayout
 
     layout = KeyLayout(Path(args.dir) if args.dir else settings.keys_path)
     bad = [name for name in args.agent if not MACHINE_ID.match(name)]

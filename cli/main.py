@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors import ACTORS
-from broker.config import Settings, load_settings
+from runtime.settings import Settings, load_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
     demo.add_argument("--ollama-stub", action="store_true",
                       help="Léa's contextual checks from a stand-in Ollama (no model here)")
-    from cli import agent_cmd, keys_cmd, replay_cmd, workflow_cmd
+    from agent import command as agent_cmd
+    from cli import keys_cmd, replay_cmd, workflow_cmd
 
     agent_cmd.add_arguments(sub.add_parser("agent", help="run a workstation agent"))
     replay_cmd.add_arguments(sub.add_parser("replay", help="start, follow, resume, cancel"))
@@ -103,8 +104,8 @@ def _settings_refused() -> bool:
 
 
 def _console(settings: Settings, _args: argparse.Namespace) -> int:
-    from broker.logs import setup_logging
     from console.server import run
+    from runtime.logs import setup_logging
 
     setup_logging("console", settings.log_level)
     return run(settings)
@@ -112,7 +113,7 @@ def _console(settings: Settings, _args: argparse.Namespace) -> int:
 
 def _broker(settings: Settings, _args: argparse.Namespace) -> int:
     from broker.broker import Broker
-    from broker.logs import setup_logging
+    from runtime.logs import setup_logging
 
     if _curve_keys_missing(settings):
         return 2
@@ -122,7 +123,7 @@ def _broker(settings: Settings, _args: argparse.Namespace) -> int:
 
 def _actor(settings: Settings, args: argparse.Namespace) -> int:
     from actors import actor_class
-    from broker.logs import setup_logging
+    from runtime.logs import setup_logging
 
     if _settings_refused():
         return 2
@@ -143,7 +144,7 @@ def _ping(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _agent(settings: Settings, args: argparse.Namespace) -> int:
-    from cli.agent_cmd import run
+    from agent.command import run
 
     return run(settings, args)
 

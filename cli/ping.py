@@ -6,9 +6,9 @@ import json
 import time
 
 from actors import ACTORS
-from broker.client import CallFailed, SyncClient
-from broker.config import Settings
 from messages.control import Ping, Pong
+from runtime.settings import Settings
+from transport.client import CallFailed, SyncClient
 
 
 def service_pid(client: SyncClient, service: str, timeout_s: float = 0.5) -> int | None:

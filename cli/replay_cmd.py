@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from broker.client import CallFailed, SyncClient
-from broker.config import Settings
 from cli.whoami import os_user
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
@@ -28,6 +26,8 @@ from messages.replay import (
     SafetyCheck,
     StartReplay,
 )
+from runtime.settings import Settings
+from transport.client import CallFailed, SyncClient
 
 # Exit codes of `replay start --wait`, so scripts can tell the outcomes apart.
 EXIT_COMPLETED, EXIT_ERROR, EXIT_PAUSED, EXIT_FAILED = 0, 1, 3, 4

@@ -9,9 +9,9 @@ from typing import TextIO
 
 import zmq
 
-from broker.bus import Subscriber
-from broker.config import Settings
 from messages.events import Event
+from runtime.settings import Settings
+from transport.bus import Subscriber
 
 
 def format_event(event: Event) -> str:

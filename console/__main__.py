@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from broker.config import load_settings
-from broker.logs import setup_logging
 from console.server import run
+from runtime.logs import setup_logging
+from runtime.settings import load_settings
 
 if __name__ == "__main__":
     settings = load_settings()

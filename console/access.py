@@ -21,7 +21,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
-from broker.config import Settings
+from runtime.settings import Settings
 
 MIN_TOKEN_CHARS: Final = 16
 SESSION_COOKIE: Final = "lea_console_session"

@@ -4,7 +4,7 @@ sessions, recent failed sign-ins, and the console's audit outbox.
 Only the console and the ``run.py accounts`` command open it (no actor reads another's
 database, DESIGN.md §8): the accounts belong to the console, which alone decides who is at
 it. Every change of an account and every sign-in event is committed in the same transaction
-as its audit record (the outbox of supervision/audit_outbox.py); the console's audit link
+as its audit record (the outbox of audit_outbox/store.py); the console's audit link
 sends the outbox to audit_log, so a change made with the tree stopped reaches the trail at
 its next start. The file is made owner-only (0600): it holds the password hashes.
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from audit_outbox import store as audit_outbox
 from console.accounts import Account, Failures
 from messages.replay import Role
-from supervision import audit_outbox
 
 DB_NAME = "console.sqlite3"
 SOURCE = "console"

@@ -19,7 +19,6 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from broker.client import CallFailed
 from console.auth import Admin, Answerer, Me, require_json, state_of, who
 from console.state import ApiProblem, ConsoleState, problem_of
 from console.views import ReplayDetail, ReplayRow, Timeline, timeline_entry
@@ -34,6 +33,7 @@ from messages.replay import (
     ResumeReplay,
     Role,
 )
+from transport.client import CallFailed
 
 REPLAY_ID = Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$",
                  description="A replay id, as `python run.py replay status` shows it")

@@ -15,12 +15,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from broker.config import Settings
 from console.api import api
 from console.auth import auth
 from console.bus_feed import BusFeed
 from console.pages import pages, templates
 from console.state import ApiProblem, ConsoleState
+from runtime.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
 # Everything is served from here: no other origin, no inline script, no framing.

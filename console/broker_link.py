@@ -1,6 +1,6 @@
 """The console's requests to the actors, through the broker, without blocking the event loop.
 
-Each call runs the project's blocking :class:`broker.client.SyncClient` (Lazy Pirate,
+Each call runs the project's blocking :class:`transport.client.SyncClient` (Lazy Pirate,
 ErrorReply → CallFailed) on a small thread pool. A client is used by one thread at a time:
 calls borrow one from an idle stack and give it back (the queue's lock is the memory
 barrier ZeroMQ asks for when a socket changes threads); at most ``workers`` exist.
@@ -17,8 +17,8 @@ from typing import Any
 
 import zmq
 
-from broker.client import SyncClient
 from messages.base import Message
+from transport.client import SyncClient
 
 
 class BrokerLink:

@@ -16,8 +16,8 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from broker.bus import Subscriber
 from messages.events import TOPIC_PREFIX, Event
+from transport.bus import Subscriber
 
 STREAM_QUEUE = 256
 """Messages a stream may lag behind before it is dropped and told to resync."""

@@ -14,7 +14,6 @@ import time
 
 from loguru import logger
 
-from broker.client import CallFailed
 from console import labels
 from console.board import Board
 from console.broker_link import BrokerLink
@@ -23,6 +22,7 @@ from console.trail import TrailCache
 from console.views import ACTIVE
 from messages.events import Event
 from messages.replay import GetReplayStatus, ReplayStatusReply, ReplaySummary
+from transport.client import CallFailed
 
 FULL_REFRESH_S = 5.0
 GATHER_S = 0.05

@@ -16,12 +16,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from broker.client import CallFailed
 from console.accounts import may
 from console.api import REPLAY_ID
 from console.auth import Principal, state_of, who
 from console.state import ApiProblem, ConsoleState
 from console.views import Timeline, timeline_entry
+from transport.client import CallFailed
 
 templates = Jinja2Templates(directory=FsPath(__file__).parent / "templates")
 

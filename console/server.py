@@ -1,6 +1,6 @@
 """``python -m console``: serve the console with uvicorn, as a child of the supervisor.
 
-- Heartbeats (supervision/liveness.py) are sent from the event loop itself: a loop stuck in
+- Heartbeats (runtime/liveness.py) are sent from the event loop itself: a loop stuck in
   a blocking call stops beating, and the supervisor replaces the process.
 - The listening socket is bound here, not by uvicorn: a port in use (another tree, another
   program) is retried every few seconds with a clear log line, instead of a crash loop that
@@ -21,10 +21,10 @@ from types import FrameType
 import uvicorn
 from loguru import logger
 
-from broker.config import Settings
 from console.access import config_problem
 from console.app import create_app
-from supervision.liveness import BEAT_INTERVAL_S, Beacon
+from runtime.liveness import BEAT_INTERVAL_S, Beacon
+from runtime.settings import Settings
 
 BIND_RETRY_S = (1.0, 2.0, 5.0)
 SHUTDOWN_GRACE_S = 1

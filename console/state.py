@@ -8,8 +8,6 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from broker.client import CallFailed
-from broker.config import Settings
 from console.account_store import AccountStore
 from console.accounts import OncePer
 from console.audit_pump import AuditPump
@@ -19,6 +17,8 @@ from console.bus_feed import Hub
 from console.live import Live
 from console.trail import TrailCache
 from console.views import ReplayDetail, pause_view
+from runtime.settings import Settings
+from transport.client import CallFailed
 
 FIRST_REFRESH_WAIT_S = 3.0
 

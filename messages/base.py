@@ -42,7 +42,7 @@ _SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 def is_plain_json(value: Any) -> bool:
     """Whether ``value`` is plain JSON made of the exact built-in types (dict with str keys,
-    list, str, int, bool, None, finite float): what :func:`actors.audit_sender.plain_json` gives
+    list, str, int, bool, None, finite float): what :func:`audit_outbox.sender.plain_json` gives
     back as is, and what a workflow's parameters may hold.
 
     A walk that builds nothing, ten times cheaper than the conversion: records read back

@@ -181,7 +181,7 @@ class Action(_Strict):
 
 class SetupSpec(_Strict):
     """Open the application the workflow needs first, through the Start menu, with the
-    guarded chain of spec/04 (messages/setup_chain.py): the dispatcher puts those steps in
+    guarded chain of spec/04 (workflow/setup_chain.py): the dispatcher puts those steps in
     front of the workflow's own when the replay starts."""
 
     app_name: str = Field(min_length=1, max_length=200)

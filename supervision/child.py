@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from supervision.liveness import BEACON_FD_ENV, BeaconPipe
+from runtime.liveness import BEACON_FD_ENV, BeaconPipe
 from supervision.policy import Exit, RestartType
 
 _PR_SET_PDEATHSIG = 1
@@ -35,7 +35,7 @@ _PR_SET_PDEATHSIG = 1
 class ChildSpec:
     """How to run and supervise one child.
 
-    ``beacon_timeout_s``: the child is hung once its beacon (see :mod:`supervision.liveness`)
+    ``beacon_timeout_s``: the child is hung once its beacon (see :mod:`runtime.liveness`)
     is silent that long; ``None`` = no heartbeat watch (the child gets no ``LEA_BEACON_FD``).
     ``start_grace_s``: time allowed for the first beat after a start (imports, opening
     databases...). ``env``: extra variables on top of the supervisor's environment.

@@ -10,7 +10,7 @@ time (SIGTERM, then SIGKILL after its ``shutdown_timeout_s``), as OTP does: reve
 is the guarantee, so the next child is not touched before the previous one is gone.
 
 With ``audit_outbox`` (the tree's supervisor), each start, exit and restart, and the tree's
-start and stop, is also an audit record (DESIGN.md §7), sent by supervision/audit_link.py
+start and stop, is also an audit record (DESIGN.md §7), sent by audit_outbox/link.py
 whose socket is one more fd in the selector: nothing waits for audit_log or the broker.
 """
 
@@ -31,14 +31,13 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from broker.bus import Publisher
-from broker.config import Settings, load_settings, settings_env
+from audit_outbox.link import AuditLink
+from audit_outbox.store import AuditOutbox
 from messages.events import ACTOR_EXITED, ACTOR_RESTARTED, ACTOR_STARTED
+from runtime.liveness import BEAT_INTERVAL_S, Beacon
+from runtime.settings import Settings, load_settings, settings_env
 from supervision import signals
-from supervision.audit_link import AuditLink
-from supervision.audit_outbox import AuditOutbox
 from supervision.child import Child, ChildSpec
-from supervision.liveness import BEAT_INTERVAL_S, Beacon
 from supervision.policy import (
     Decision,
     Exit,
@@ -49,6 +48,7 @@ from supervision.policy import (
     Verdict,
     signal_name,
 )
+from transport.bus import Publisher
 
 EventHook = Callable[[str, dict[str, Any]], None]
 """``on_event(topic, data)``: called for every event published (e.g. to write an audit record)."""

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from actors import ACTORS
-from broker.config import Settings
-from broker.logs import setup_logging
-from supervision.audit_outbox import DB_NAME as AUDIT_OUTBOX
+from audit_outbox.store import DB_NAME as AUDIT_OUTBOX
+from runtime.logs import setup_logging
+from runtime.settings import Settings
 from supervision.child import ChildSpec
 from supervision.policy import RestartIntensity, Strategy
 from supervision.supervisor import Supervisor

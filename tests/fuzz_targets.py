@@ -32,15 +32,15 @@ from agent.pause_notice import PauseNotices
 from agent.process import Agent
 from agent.reports import Retrying
 from agent.serve import Intake
-from broker.client import Client
-from broker.config import Settings
-from broker.worker import Request
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import Ping
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.safety import CaptureScreen
+from runtime.settings import Settings
+from transport.client import Client
+from transport.worker import Request
 
 DEFERRED_TIMEOUT_S = 30.0
 """A deferred answer later than this is a hang (the LLM timeout in the fuzz env is 1 s)."""

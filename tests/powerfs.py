@@ -36,7 +36,7 @@ from typing import Any
 
 import mfusepy as fuse
 
-from actors.durability import fsync_dir
+from runtime.durability import fsync_dir
 
 CONTROL = "/.powerfs"
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,6 @@ from actors.audit_log.chain import ChainRecord
 from actors.audit_log.screenshots import digest_of
 from actors.audit_log.store import AuditStore
 from actors.base import Actor, Incoming
-from broker.config import Settings
 from messages import events
 from messages.audit import (
     AppendProblem,
@@ -39,6 +38,7 @@ from messages.audit import (
 )
 from messages.base import Message
 from messages.control import ErrorReply
+from runtime.settings import Settings
 
 
 class AuditLogActor(Actor):
@@ -81,7 +81,7 @@ class AuditLogActor(Actor):
                            conflicting)
             self.publish(events.AUDIT_RECORD_CONFLICT, record_ids=conflicting[:50])
         # A conflicting record is not stored: its id is not acknowledged, and the sender,
-        # told so, keeps it (actors/audit_sender.py sends it again under another id).
+        # told so, keeps it (audit_outbox/sender.py sends it again under another id).
         refused = set(conflicting)
         return RecordsAcked(record_ids=[r.record_id for r in msg.records
                                         if r.record_id not in refused],

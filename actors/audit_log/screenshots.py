@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from actors.audit_log.evidence import FileState
-from actors.durability import fsync_dir, write_synced
+from runtime.durability import fsync_dir, write_synced
 
 _TMP_PREFIX = ".tmp-"
 _WRITERS = 16

@@ -35,8 +35,8 @@ from actors.audit_log.chain import (
 )
 from actors.audit_log.evidence import PRUNE_KIND
 from actors.audit_log.screenshots import ScreenshotFiles, digest_of
-from actors.durability import fsync_dir, write_atomic
 from messages.audit import RESERVED_SOURCE, AuditRecordIn, ScreenshotState
+from runtime.durability import fsync_dir, write_atomic
 
 DB_NAME = "audit.db"
 CONFLICT_KIND = "record_conflict"

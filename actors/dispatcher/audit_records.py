@@ -1,7 +1,7 @@
 """The dispatcher's audit records as audit_log stores them (DESIGN.md §8).
 
 Every AuditRecord effect is committed in the outbox with the decision that made it; the
-shared :class:`actors.audit_sender.AuditSender` sends them from there, under the record id
+shared :class:`audit_outbox.sender.AuditSender` sends them from there, under the record id
 ``dispatcher:{store id}:{outbox id}``. This module only says what such a row becomes.
 """
 
@@ -12,9 +12,9 @@ import math
 from loguru import logger
 from pydantic import ValidationError
 
-from actors.audit_sender import Pending, plain_json
 from actors.dispatcher.effects import AuditRecord
 from actors.dispatcher.store import DispatcherStore
+from audit_outbox.sender import Pending, plain_json
 from messages.audit import MAX_REPLAY_ID, AuditRecordIn
 
 SOURCE = "dispatcher"

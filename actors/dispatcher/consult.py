@@ -33,11 +33,9 @@ from messages.safety import (
     RecentStep,
     ReplayContext,
     ScreenCaptured,
-    llm_unavailable_check,
-    pause_checks,
-    safety_level,
 )
 from messages.workflow import Action
+from workflow.safety import llm_unavailable_check, pause_checks, safety_level
 
 RECENT_STEPS = 5
 """Steps already resolved that the safety checks' model sees as context."""

@@ -70,7 +70,7 @@ from messages.replay import (
     SafetyCheck,
     StartReplay,
 )
-from messages.setup_chain import with_setup
+from workflow.setup_chain import with_setup
 
 
 class DispatcherCore(WatchdogInputs, ConsultInputs):

@@ -40,8 +40,8 @@ from messages.loop import ForgetReplay
 from messages.monitor import MonitorResolution
 from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
-from messages.safety import pause_checks
 from messages.workflow import SCREEN_TYPES, Action
+from workflow.safety import pause_checks
 
 
 class Tx:

@@ -17,11 +17,11 @@ from collections import deque
 from collections.abc import Callable
 
 from actors.dispatcher.effects import Consult
-from broker.client import Callback, CallFailed
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply
 from messages.loop import MAX_OBSERVE_BATCH, LoopVerdicts, ObserveBatch, ObserveStep
+from transport.client import Callback, CallFailed
 
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 """Screenshots in one batch at most (a message is limited to 16 MiB)."""

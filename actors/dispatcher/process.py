@@ -25,7 +25,6 @@ from typing import Any, ClassVar, TypeVar
 
 from loguru import logger
 
-from actors.audit_sender import AuditSender
 from actors.base import Actor, Incoming, MachineOf
 from actors.dispatcher import rules
 from actors.dispatcher.audit_records import outbox_records
@@ -47,8 +46,7 @@ from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
-from broker.client import CallFailed
-from broker.config import Settings
+from audit_outbox.sender import AuditSender
 from messages import events
 from messages.base import Message
 from messages.codec import Envelope, decode, encode, new_id
@@ -73,6 +71,8 @@ from messages.replay import (
     ResumeReplay,
     StartReplay,
 )
+from runtime.settings import Settings
+from transport.client import CallFailed
 
 _C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
 

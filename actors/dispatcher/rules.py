@@ -12,8 +12,8 @@ from typing import Any
 from messages.dispatch import ActionReport
 from messages.loop import LOOP_DETECTED
 from messages.replay import SafetyCheck
-from messages.safety import pause_message
 from messages.workflow import Action
+from workflow.safety import pause_message
 
 _SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
 

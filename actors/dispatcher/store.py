@@ -10,7 +10,7 @@ A thread (syncer.py) checkpoints the WAL into the database file off the loop.
 
 Outbox ids (audit record ids are made of them) are never reused, whatever a cut rolls back:
 each open of the store durably starts a new *epoch*, and the ids of an epoch start at
-``epoch << 32`` (:func:`actors.durability.start_epoch`).
+``epoch << 32`` (:func:`runtime.durability.start_epoch`).
 
 Writes are kept small: a replay's workflow is written once, at its first commit; every later
 transition rewrites only the mutable part (a few hundred bytes of msgpack) and appends the
@@ -46,8 +46,8 @@ from actors.dispatcher.state import (
     mutable_restore,
 )
 from actors.dispatcher.syncer import SYNC_INTERVAL_S, WalSyncer
-from actors.durability import fsync_dir, start_epoch
 from messages.workflow import Workflow
+from runtime.durability import fsync_dir, start_epoch
 
 SCHEMA_VERSION = 1
 DB_NAME = "dispatcher.sqlite3"

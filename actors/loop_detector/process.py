@@ -25,12 +25,12 @@ from actors.loop_detector.clip import ClipEmbedder, ClipUnavailable
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.core import LoopDetectorCore, Notice
 from actors.loop_detector.pixel import BadScreenshot, PixelEmbedder
-from broker.config import Settings
 from messages import events
 from messages.base import Message
 from messages.control import ErrorReply
 from messages.loop import ForgetReplay, LoopVerdict, LoopVerdicts, ObserveBatch, ObserveStep
 from messages.replay import Ack
+from runtime.settings import Settings
 
 DISABLED = LoopVerdict(detected=False, evidence={"enabled": False})
 """Every verdict while the kill switch is off (a frozen model: one is enough)."""

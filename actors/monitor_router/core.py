@@ -33,8 +33,8 @@ from messages.monitor import (
     MonitorResolution,
     MonitorSource,
     ResolveMonitor,
-    find_recorded,
 )
+from workflow.monitors import find_recorded
 
 
 class MonitorRouterConfig(BaseSettings):

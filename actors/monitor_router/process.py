@@ -15,7 +15,6 @@ from loguru import logger
 
 from actors.base import Actor, Incoming, MachineOf
 from actors.monitor_router.core import MonitorRouterConfig, MonitorRouterCore
-from broker.config import Settings
 from messages.base import Message
 from messages.control import Ping
 from messages.monitor import (
@@ -26,6 +25,7 @@ from messages.monitor import (
     ResolveMonitor,
 )
 from messages.replay import Ack
+from runtime.settings import Settings
 
 EXPIRE_EVERY_S = 60.0
 

@@ -27,18 +27,15 @@ from actors.safety_checks.llm import (
 )
 from messages import events
 from messages.replay import SafetyCheck
-from messages.safety import (
+from messages.safety import BuildPausePayload, LlmAudit, PausePayload, ReplayContext
+from messages.workflow import Action
+from workflow.safety import (
     LLM_UNAVAILABLE_CHECK_ID,
-    BuildPausePayload,
-    LlmAudit,
-    PausePayload,
-    ReplayContext,
     llm_unavailable_check,
     pause_checks,
     pause_message,
     safety_level,
 )
-from messages.workflow import Action
 
 # Below this, a call could not even connect: report a timeout without sending anything.
 MIN_CALL_S = 0.05

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from messages.replay import SafetyCheck
-from messages.safety import DroppedCheck, LlmCause, ReplayContext, pause_message
+from messages.safety import DroppedCheck, LlmCause, ReplayContext
 from messages.workflow import Action
+from workflow.safety import pause_message
 
 
 # No docstrings on these two: pydantic would put them in the schema the model reads; the

@@ -21,9 +21,9 @@ from actors.safety_checks.core import (
 )
 from actors.safety_checks.llm import LlmClient
 from actors.safety_checks.ollama import OllamaClient
-from broker.config import Settings
 from messages.base import Message
 from messages.safety import BuildPausePayload, PausePayload
+from runtime.settings import Settings
 
 
 class SafetyChecksActor(Actor):

@@ -12,8 +12,6 @@ from loguru import logger
 
 from actors.base import Actor, Incoming
 from actors.watchdog.core import WatchdogConfig, WatchdogCore
-from broker.client import Callback, CallFailed
-from broker.config import Settings
 from messages.base import Message
 from messages.codec import Envelope
 from messages.dispatch import (
@@ -27,6 +25,8 @@ from messages.dispatch import (
     Untrack,
 )
 from messages.replay import Ack
+from runtime.settings import Settings
+from transport.client import Callback, CallFailed
 
 
 class WatchdogActor(Actor):

@@ -50,8 +50,9 @@ from agent.grounding.text import (
     twin_seen_again,
 )
 from agent.screen.capture import Rect
-from messages.monitor import Monitor, MonitorResolution, find_recorded
+from messages.monitor import Monitor, MonitorResolution
 from messages.workflow import INPUT_TYPES, Action, TargetSpec
+from workflow.monitors import find_recorded
 
 TEMPLATE = "template"
 POSITION = "position"

@@ -23,7 +23,8 @@ from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
 from agent.executors.window_guard import title_after
-from agent.screen.geometry import RawMonitor, number_monitors
+from agent.screen.geometry import number_monitors
+from agent.screen.raw_monitor import RawMonitor
 from messages.dispatch import DispatchAction
 from messages.monitor import Monitor
 from messages.workflow import INPUT_TYPES, Action

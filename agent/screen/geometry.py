@@ -28,6 +28,7 @@ from typing import Any
 from loguru import logger
 
 from agent.screen import win32, x11
+from agent.screen.raw_monitor import RawMonitor, Rect
 from messages.monitor import MAX_MONITORS, Monitor
 
 __all__ = [
@@ -43,26 +44,6 @@ __all__ = [
     "number_monitors",
     "pointer_position",
 ]
-
-Rect = tuple[int, int, int, int]
-"""``(x, y, w, h)`` in virtual-desktop pixels."""
-
-
-@dataclass(frozen=True, slots=True)
-class RawMonitor:
-    """A monitor as a source reports it, before numbering (``primary`` None = unknown)."""
-
-    x: int
-    y: int
-    w: int
-    h: int
-    primary: bool | None = None
-    name: str | None = None
-
-    @property
-    def rect(self) -> Rect:
-        return self.x, self.y, self.w, self.h
-
 
 # Numbering (pure) ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent.screen.geometry import RawMonitor
+    from agent.screen.raw_monitor import RawMonitor
 
 MAX_TITLE = 1024
 _local = threading.local()
@@ -65,7 +65,7 @@ def randr_monitors() -> list[RawMonitor]:
     """RandR 1.5 monitors with their names and primary flag ([] without RandR 1.5)."""
     from Xlib.ext import randr
 
-    from agent.screen.geometry import RawMonitor
+    from agent.screen.raw_monitor import RawMonitor
 
     def read(d: Any) -> list[RawMonitor]:
         if not d.has_extension("RANDR"):

@@ -19,14 +19,14 @@ import msgpack
 import pytest
 import zmq
 
-from broker.bus import Subscriber
-from broker.client import CallFailed
 from messages.base import Message
 from messages.dispatch import ActionReport
 from messages.events import Event
 from messages.replay import ReplaySummary
 from tests.conftest import ROOT, python_argv, wait_until
 from tests.integration.system import Agent, System
+from transport.bus import Subscriber
+from transport.client import CallFailed
 
 
 def reports(system: System, replay_id: str | None = None) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from actors import ACTORS
 from agent.effects import read_effects
-from broker.client import CallFailed, SyncClient
 from cli.ping import service_pid
 from messages.base import Message
 from messages.dispatch import InFlight, InFlightList, ListInFlight
@@ -31,6 +30,7 @@ from messages.replay import (
 from messages.workflow import Workflow
 from supervision.tree import child_pid
 from tests.conftest import Spawn, python_argv, wait_until
+from transport.client import CallFailed, SyncClient
 
 # Fast watchdog for tests: scan twice a second, orphan after 3 s.
 FAST_WATCHDOG = {

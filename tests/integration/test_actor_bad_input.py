@@ -11,11 +11,11 @@ import msgpack
 import pytest
 import zmq
 
-from broker import mdp
-from broker.client import SyncClient
 from messages import ErrorReply, Pong, decode, encode
 from messages.control import Ping
 from tests.conftest import Spawn, python_argv, wait_until
+from transport import mdp
+from transport.client import SyncClient
 
 
 def malformed_bodies(rng: random.Random, count: int) -> Iterator[list[bytes]]:

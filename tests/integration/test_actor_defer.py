@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import zmq
 
-from broker.bus import Subscriber
-from broker.client import CallFailed, SyncClient
 from messages import Pong, events
 from messages.control import Ping
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
 from tests.fixtures.defer_actor import SlowJob
+from transport.bus import Subscriber
+from transport.client import CallFailed, SyncClient
 
 SERVICE = "defer_probe"
 

@@ -22,8 +22,6 @@ import pytest
 import zmq
 
 from agent.tunnel import Tunnel, TunnelSpec, free_local_port, parse_target
-from broker import mdp
-from broker.curve import KeyLayout, read_key_file
 from messages.audit import AuditPage, AuditQuery
 from messages.dispatch import InFlightList, ListInFlight
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
@@ -38,6 +36,8 @@ from tests.integration.transport_checks import (
     wait_ready,
     wait_registered,
 )
+from transport import mdp
+from transport.curve_keys import KeyLayout, read_key_file
 
 
 class SshCurveTree:

@@ -25,9 +25,6 @@ import pytest
 import zmq
 
 from agent.effects import read_effects
-from broker.client import SyncClient
-from broker.config import Settings
-from broker.worker import Worker
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import ErrorReply, Ping, Pong
@@ -41,7 +38,10 @@ from messages.dispatch import (
 )
 from messages.replay import Ack
 from messages.workflow import Action
+from runtime.settings import Settings
 from tests.conftest import Spawn, python_argv, wait_until
+from transport.client import SyncClient
+from transport.worker import Worker
 
 MACHINE = "M1"
 SERVICE = f"agent.{MACHINE}"

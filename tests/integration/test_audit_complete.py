@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from broker.client import CallFailed
 from messages.workflow import Workflow
 from tests.conftest import Spawn, wait_until
 from tests.integration import trail_checks as trail
 from tests.integration.system import Agent, System, clicks, workflow
+from transport.client import CallFailed
 
 KILL_EVERY_S = (2.0, 4.0)
 # The loop detector's verdicts are not what is tested here, and the simulated screen changes

@@ -17,9 +17,7 @@ import msgpack
 import pytest
 import zmq
 
-from actors.audit_sender import AuditSender, conflict_id
-from broker.bus import Subscriber
-from broker.client import Callback, CallFailed, Client, SyncClient
+from audit_outbox.sender import AuditSender, conflict_id
 from messages import decode
 from messages.audit import (
     MAX_SCREENSHOT_BYTES,
@@ -36,6 +34,8 @@ from messages.base import Message
 from messages.control import ErrorReply, Ping, Pong
 from messages.events import BAD_MESSAGE
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
+from transport.bus import Subscriber
+from transport.client import Callback, CallFailed, Client, SyncClient
 
 
 def record(replay: str, i: int, image: bytes | None = None, **data: object) -> AuditRecordIn:

@@ -12,7 +12,6 @@ import pytest
 from PIL import Image
 
 from actors.audit_log.store import audit_paths
-from broker.client import CallFailed
 from messages.audit import (
     AppendRecords,
     GetScreenshot,
@@ -23,6 +22,7 @@ from messages.audit import (
 )
 from tests.conftest import Spawn
 from tests.integration.test_audit_log import AuditTree, record
+from transport.client import CallFailed
 
 
 def png() -> bytes:

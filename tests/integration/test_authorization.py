@@ -18,11 +18,6 @@ from typing import Any
 import pytest
 import zmq
 
-from broker import mdp
-from broker.client import CallFailed, SyncClient
-from broker.curve import KeyLayout, read_key_file
-from broker.peer_id import identity_of
-from broker.worker import SocketSetup
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut
 from messages.base import Message
 from messages.dispatch import (
@@ -47,6 +42,11 @@ from tests.integration.transport_checks import (
     reports,
     wait_ready,
 )
+from transport import mdp
+from transport.client import CallFailed, SyncClient
+from transport.curve_keys import KeyLayout, read_key_file
+from transport.peer_id import identity_of
+from transport.worker import SocketSetup
 
 
 def curve_setup(keys: Path, name: str) -> SocketSetup:

@@ -30,11 +30,11 @@ import pytest
 
 from actors import ACTORS
 from actors.dispatcher.rules import base_id
-from broker.client import CallFailed
 from messages.replay import GetReplayStatus, ReplayStatusReply, ReplaySummary, ResumeReplay
 from messages.workflow import CRITICAL_TYPES, Workflow
 from tests.conftest import Spawn, wait_until
 from tests.integration.system import Agent, System, workflow
+from transport.client import CallFailed
 
 CHILDREN = ("broker", *ACTORS)
 KILL_EVERY_S = (1.5, 2.5)  # a kill -9 of a random child of the tree every ~2 s

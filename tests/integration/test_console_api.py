@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-from broker.config import Settings
 from console.access import SESSION_COOKIE
 from console.app import create_app
 from console.state import ConsoleState
 from messages.audit import AuditPage, AuditQuery
+from runtime.settings import Settings
 from supervision.tree import child_pid
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
 from tests.integration.console_kit import (

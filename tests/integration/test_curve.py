@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 from agent.curve import EXIT_REFUSED
-from broker.curve import KeyLayout, key_prefix, read_key_file
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
 from tests.integration.system import Agent, System, clicks, workflow
 from tests.integration.transport_checks import (
@@ -26,6 +25,7 @@ from tests.integration.transport_checks import (
     wait_ready,
     wait_registered,
 )
+from transport.curve_keys import KeyLayout, key_prefix, read_key_file
 
 
 def generate(keys: Path, *args: str) -> None:

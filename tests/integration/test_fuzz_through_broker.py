@@ -21,16 +21,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from actors import ACTORS
-from broker import mdp
-from broker.config import Settings
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode
 from messages.control import ErrorReply
+from runtime.settings import Settings
 from tests.conftest import Spawn, free_port
 from tests.fuzz_targets import build
 from tests.fuzzing import Deriver, Pools, frames, structured, unstructured, weighted
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import wait_ready
+from transport import mdp
 
 SHORT = 40  # requests per service
 LONG = 1500

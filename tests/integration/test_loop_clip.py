@@ -25,9 +25,9 @@ import pytest
 import zmq
 from PIL import Image, ImageDraw
 
-from broker.client import SyncClient
 from messages.loop import LoopVerdict, ObserveStep
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
+from transport.client import SyncClient
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("open_clip") is None,
                                 reason="the clip extra is not installed")

@@ -13,14 +13,14 @@ import pytest
 import zmq
 from PIL import Image, ImageDraw
 
-from broker import mdp
-from broker.bus import Subscriber
-from broker.client import CallFailed, SyncClient
 from messages import ErrorReply, Event, Pong, decode, encode, events
 from messages.control import Ping
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.replay import Ack
 from tests.conftest import Spawn, python_argv, wait_until
+from transport import mdp
+from transport.bus import Subscriber
+from transport.client import CallFailed, SyncClient
 
 
 def screen(text: str) -> bytes:

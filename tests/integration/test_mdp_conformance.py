@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import zmq
 
-from broker.bus import Subscriber, event_frames
 from messages.events import BAD_MESSAGE, PEER_CONNECTED, PEER_DISCONNECTED, Event
 from tests.conftest import Spawn, python_argv, wait_until
+from transport.bus import Subscriber, event_frames
 
 C_HDR, W_HDR = b"MDPC02", b"MDPW02"
 C_REQUEST, C_PARTIAL, C_FINAL = b"\x01", b"\x02", b"\x03"

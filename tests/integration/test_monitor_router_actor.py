@@ -12,8 +12,6 @@ import msgpack
 import pytest
 import zmq
 
-from broker.bus import Subscriber
-from broker.client import SyncClient
 from messages import events
 from messages.base import Message
 from messages.codec import decode
@@ -29,6 +27,8 @@ from messages.monitor import (
 )
 from messages.replay import Ack
 from tests.conftest import Spawn, python_argv, wait_until
+from transport.bus import Subscriber
+from transport.client import SyncClient
 
 TTL_S = 1.5
 
@@ -233,7 +233,7 @@ class _Screen:
 def test_a_focus_change_is_sent_at_once_not_at_the_next_interval(router: Router) -> None:
     """Interval 60 s: only the first heartbeat and the change-driven ones can arrive."""
     from agent.heartbeat import HeartbeatConfig, Heartbeats
-    from broker.client import Client
+    from transport.client import Client
 
     client = Client(router.ctx, router.client_endpoint)
     screen = _Screen()

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from agent.pause_window import TITLE, notice_text, text_box_size
-from broker.client import SyncClient
 from messages.base import Message
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.replay import Ack, SafetyCheck
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
 from tests.xdisplay import XDisplayFactory
+from transport.client import SyncClient
 
 LONG_REASON = "\n".join(
     f"Candidat {i} : « Dossier patient — DUPONT Jean, né le 0{i % 9 + 1}/01/1950, "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.durability import write_atomic
+from runtime.durability import write_atomic
 from tests.conftest import ROOT
 from tests.powerfs import Disk
 

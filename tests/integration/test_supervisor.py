@@ -22,9 +22,9 @@ import psutil
 import pytest
 import zmq
 
-from broker.bus import parse_event
-from supervision.liveness import BEACON_FD_ENV, Beacon, BeaconPipe
+from runtime.liveness import BEACON_FD_ENV, Beacon, BeaconPipe
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
+from transport.bus import parse_event
 
 FIXTURES = ROOT / "tests" / "fixtures"
 WAIT = 20.0  # generous: the machine may be loaded
@@ -89,7 +89,7 @@ def test_beacon_never_blocks_on_a_full_pipe_nor_dies_on_a_closed_one() -> None:
 def test_beacon_pipe_reads_beats_and_sees_the_child_exit() -> None:
     pipe = BeaconPipe()
     child = subprocess.Popen(
-        python_argv("-c", "import time\nfrom supervision.liveness import Beacon\n"
+        python_argv("-c", "import time\nfrom runtime.liveness import Beacon\n"
                           "b = Beacon.from_env()\nassert b.active\n"
                           "for _ in range(3):\n    b.beat(); time.sleep(0.3)\n"),
         env={**os.environ, "PYTHONPATH": str(ROOT), **pipe.child_env()},

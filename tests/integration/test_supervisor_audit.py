@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from supervision.audit_outbox import AuditOutbox
+from audit_outbox.store import AuditOutbox
 from tests.conftest import Spawn, python_argv, wait_until
 from tests.integration import trail_checks as trail
 from tests.integration.system import System

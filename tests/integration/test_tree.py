@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from actors import ACTORS
-from broker.client import SyncClient
 from cli.ping import service_pid
 from supervision.tree import child_pid
 from tests.conftest import Spawn, python_argv, wait_until
+from transport.client import SyncClient
 
 
 def all_pids(client: SyncClient) -> dict[str, int | None]:

@@ -15,11 +15,11 @@ from typing import Any, NamedTuple
 
 import zmq
 
-from broker.bus import Publisher, Subscriber
 from messages.dispatch import InFlightList, ListTracked
 from messages.events import Event
 from tests.conftest import wait_until
 from tests.integration.system import Agent, System
+from transport.bus import Publisher, Subscriber
 
 
 class Report(NamedTuple):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agent import command as agent_cmd
+from agent import link as agent_link
 from agent.tunnel import (
     Backoff,
     SshTarget,
@@ -17,9 +19,8 @@ from agent.tunnel import (
     parse_tcp_endpoint,
     ssh_argv,
 )
-from broker.config import Settings
-from cli import agent_cmd, agent_link
 from cli.main import main
+from runtime.settings import Settings
 
 
 @pytest.mark.parametrize(("text", "target"), [

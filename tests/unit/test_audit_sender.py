@@ -1,5 +1,5 @@
 """Audit records on their way to audit_log: the dispatcher's records in their audit-trail form,
-and the shared sender (actors/audit_sender.py): order, one batch at a time, retries."""
+and the shared sender (audit_outbox/sender.py): order, one batch at a time, retries."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.audit_sender import BATCH, RETRY_S, AuditSender, checked, plain_json
 from actors.dispatcher.audit_records import audit_record
 from actors.dispatcher.effects import AuditRecord
-from broker.client import CallFailed
+from audit_outbox.sender import BATCH, RETRY_S, AuditSender, checked, plain_json
 from messages.audit import AppendRecords, AuditRecordIn, RecordsAcked, json_problem
 from messages.base import Message, is_plain_json
 from messages.codec import Envelope
+from transport.client import CallFailed
 
 
 def test_a_report_record_keeps_its_images_apart_and_its_data_plain_json() -> None:

@@ -22,19 +22,19 @@ import zmq.auth
 from actors.dispatcher.effects import AuditRecord, RecordReport
 from actors.dispatcher.process import DispatcherActor
 from actors.monitor_router.process import MonitorRouterActor
-from broker import mdp
-from broker.config import Settings
 from broker.curve import AllowList
-from broker.peer_id import client_address, identity_of
-from broker.worker import Request, Worker
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import ActionReport
 from messages.monitor import AgentHeartbeat
 from messages.replay import Ack, CancelReplay, ResumeReplay
+from runtime.settings import Settings
 from tests.conftest import free_port
 from tests.unit.test_dispatcher_core import H, error_code, unchanged, wf
+from transport import mdp
+from transport.peer_id import client_address, identity_of
+from transport.worker import Request, Worker
 
 LOCAL = b"\x00\x6b\x8b\x45\x67"  # a routing id as libzmq makes them
 

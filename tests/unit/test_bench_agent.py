@@ -9,7 +9,6 @@ from typing import Any
 
 import zmq
 
-from broker import mdp
 from messages.base import Message
 from messages.codec import decode, encode, new_id
 from messages.dispatch import (
@@ -24,6 +23,7 @@ from messages.dispatch import (
 )
 from messages.replay import Ack
 from messages.workflow import Action
+from transport import mdp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_agent import BenchAgent, Host

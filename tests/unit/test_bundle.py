@@ -13,15 +13,14 @@ from cli import bundle
 def test_the_folder_holds_the_agent_and_what_it_imports_only() -> None:
     modules = bundle.agent_modules()
     for needed in ("agent.process", "agent.ledger", "agent.console_stop",
-                   "agent.executors.desktop", "agent.screen.win32", "broker.worker",
-                   "broker.client", "broker.config", "messages.codec", "cli.agent_cmd",
-                   "cli.agent_link", "supervision.liveness", "cli", "supervision"):
+                   "agent.executors.desktop", "agent.screen.win32", "transport.worker",
+                   "transport.client", "runtime.settings", "messages.codec", "agent.command",
+                   "agent.link", "runtime.liveness", "workflow.monitors"):
         assert needed in modules
-    for server_side in ("actors", "console", "supervision.tree", "supervision.supervisor",
-                        "broker.broker", "cli.main", "cli.bundle"):
+    for server_side in ("actors", "console", "supervision", "broker", "cli", "audit_outbox"):
         assert server_side not in modules
     files = bundle.agent_files()
-    assert Path("agent/__main__.py") in files and Path("cli/__init__.py") in files
+    assert Path("agent/__main__.py") in files and Path("transport/__init__.py") in files
     assert all(p.suffix == ".py" for p in files)
 
 

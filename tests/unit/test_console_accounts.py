@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from audit_outbox.store import AuditOutbox
 from console.account_store import AccountStore, session_hash, short
 from console.accounts import (
     Failures,
@@ -20,7 +21,6 @@ from console.accounts import (
     password_problem,
     wait_before_login,
 )
-from supervision.audit_outbox import AuditOutbox
 
 PASSWORD = "correct horse battery"
 BY = {"os_user": "root", "via": "command_line"}

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from broker.config import Settings
 from console import access
 from console.board import Board
 from console.bus_feed import STREAM_QUEUE, Hub
@@ -16,6 +15,7 @@ from console.views import pause_view, row, timeline_entry
 from messages.audit import AuditRecordOut
 from messages.events import Event
 from messages.replay import ReplaySummary, SafetyCheck
+from runtime.settings import Settings
 
 TOKEN = "0123456789abcdef-token"
 

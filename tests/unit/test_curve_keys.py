@@ -12,15 +12,9 @@ import pytest
 from zmq.utils import z85
 
 from agent.curve import EXIT, FAILED, MISMATCH, OK, REFUSED, RETRY, HandshakeWatch
-from broker.curve import (
-    AllowList,
-    CurveConfigError,
-    KeyLayout,
-    decide,
-    read_key_file,
-    server_keys_problem,
-)
+from broker.curve import AllowList, decide, server_keys_problem
 from cli.main import main
+from transport.curve_keys import CurveConfigError, KeyLayout, read_key_file
 
 
 def generate(keys: Path, *args: str) -> int:

@@ -67,8 +67,8 @@ from messages.replay import (
     ResumeReplay,
     StartReplay,
 )
-from messages.safety import declared_checks
 from messages.workflow import CRITICAL_TYPES, Action, Workflow
+from workflow.safety import declared_checks
 
 E = TypeVar("E")
 

@@ -18,15 +18,15 @@ from actors.dispatcher.process import DispatcherActor
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DB_NAME, DispatcherStore
 from actors.watchdog.process import WatchdogActor
-from broker.config import Settings
-from broker.worker import Request
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.dispatch import ActionReport, InFlight, Track, TrackBatch, Untrack
 from messages.replay import Ack, ReplayStarted, StartReplay
+from runtime.settings import Settings
 from tests.conftest import free_port, wait_until
 from tests.unit.test_dispatcher_core import H, wf
 from tests.unit.test_dispatcher_process import dispatcher as process_dispatcher
+from transport.worker import Request
 
 
 def _steps(n: int) -> list[str]:

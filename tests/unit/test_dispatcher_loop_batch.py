@@ -6,12 +6,12 @@ from typing import Any
 
 from actors.dispatcher.effects import Consult
 from actors.dispatcher.loop_batch import LoopBatcher
-from broker.client import Callback, CallFailed
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply
 from messages.loop import MAX_OBSERVE_BATCH, LoopVerdict, LoopVerdicts, ObserveBatch
 from tests.unit.test_loop_detector import step
+from transport.client import Callback, CallFailed
 
 
 class Calls:

@@ -10,8 +10,6 @@ import pytest
 
 from actors.dispatcher.process import DispatcherActor
 from actors.dispatcher.state import DispatcherConfig
-from broker.config import Settings
-from broker.worker import Request
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import ErrorReply
@@ -23,8 +21,10 @@ from messages.replay import (
     ReplayStatusReply,
     StartReplay,
 )
+from runtime.settings import Settings
 from tests.conftest import free_port
 from tests.unit.test_dispatcher_core import wf
+from transport.worker import Request
 
 
 @pytest.fixture

@@ -32,15 +32,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from loguru import logger
 
-from broker.config import Settings
-from broker.peer_id import client_address, identity_of
-from broker.worker import Request
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode, encode
 from messages.control import ErrorReply
+from runtime.settings import Settings
 from tests.conftest import free_port
 from tests.fuzz_targets import AGENT_MACHINE, FUZZ_ENV, TARGETS, Served, Target, build
 from tests.fuzzing import Deriver, Pools, frames, structured, unstructured, weighted
+from transport.peer_id import client_address, identity_of
+from transport.worker import Request
 
 SHORT = {"codec": 2000, "handler": 300}
 LONG = {"codec": 30_000, "handler": 12_000}

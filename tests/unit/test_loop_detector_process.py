@@ -14,10 +14,10 @@ from actors.base import Deferred, Incoming
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.pixel import Frame, PixelEmbedder
 from actors.loop_detector.process import LoopDetectorActor
-from broker.config import Settings
 from messages.base import Message
 from messages.loop import ForgetReplay, LoopVerdict, LoopVerdicts, ObserveBatch
 from messages.replay import Ack
+from runtime.settings import Settings
 from tests.conftest import free_port
 from tests.unit.test_loop_detector import screen, step
 

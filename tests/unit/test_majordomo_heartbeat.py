@@ -6,11 +6,11 @@ from typing import Any
 
 import zmq
 
-from broker import mdp
-from broker.config import Settings
-from broker.frames import recv_frames
 from broker.majordomo import Majordomo
+from runtime.settings import Settings
 from tests.conftest import wait_until
+from transport import mdp
+from transport.frames import recv_frames
 
 
 def test_a_request_stands_for_the_next_heartbeat_only() -> None:

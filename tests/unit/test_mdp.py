@@ -1,4 +1,4 @@
-"""The pure MDP/0.2 frame functions of broker.mdp, checked against the RFC 18 tables."""
+"""The pure MDP/0.2 frame functions of transport.mdp, checked against the RFC 18 tables."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker import mdp
-from broker.mdp import ProtocolError, parse_client, parse_worker, valid_service_name
+from transport import mdp
+from transport.mdp import ProtocolError, parse_client, parse_worker, valid_service_name
 
 
 def test_constants_are_the_rfc_values() -> None:

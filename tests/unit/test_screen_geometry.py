@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from agent.screen.geometry import (
-    RawMonitor,
-    focused_monitor,
-    merge_sources,
-    monitor_at,
-    number_monitors,
-)
+from agent.screen.geometry import focused_monitor, merge_sources, monitor_at, number_monitors
+from agent.screen.raw_monitor import RawMonitor
 from messages.monitor import MAX_MONITORS
 
 # Windows layout: a monitor left of and above the primary has a negative origin.

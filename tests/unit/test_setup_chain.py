@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from messages.setup_chain import Targets, setup_actions
 from messages.workflow import Workflow
+from workflow.setup_chain import Targets, setup_actions
 
 CANONICAL = [
     "click_start_menu", "wait_start_menu", "verify_start_menu_open", "click_search_box",
@@ -102,8 +102,8 @@ def test_a_workflow_with_setup_starts_with_the_guarded_chain() -> None:
     from actors.dispatcher.state import DispatcherConfig
     from messages.control import ErrorReply
     from messages.replay import StartReplay
-    from messages.setup_chain import with_setup
     from messages.workflow import Workflow
+    from workflow.setup_chain import with_setup
 
     own = {"action_id": "s1", "type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}}
     wf = Workflow.model_validate({"workflow_id": "w", "setup": {"app_name": "Bloc-notes"},

@@ -1,6 +1,6 @@
-"""The supervisor's audit outbox (supervision/audit_outbox.py): a record stays until audit_log
+"""The supervisor's audit outbox (audit_outbox/store.py): a record stays until audit_log
 has it, survives a restart, and its id names it forever; and its link to audit_log
-(supervision/audit_link.py), which never makes the supervisor wait."""
+(audit_outbox/link.py), which never makes the supervisor wait."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import zmq
 
-from supervision.audit_link import AuditLink
-from supervision.audit_outbox import AuditOutbox
+from audit_outbox.link import AuditLink
+from audit_outbox.store import AuditOutbox
 from tests.conftest import free_port
 
 
 def test_rows_wait_in_order_survive_a_reopen_and_keep_their_ids(tmp_path: Path) -> None:
     outbox = AuditOutbox.in_dir(tmp_path)
     store = outbox.store_id
-    e = 1 << 32  # the first epoch's ids (actors/durability.py)
+    e = 1 << 32  # the first epoch's ids (runtime/durability.py)
     for i in range(5):
         outbox.add("supervisor", "actor_started", 100.0 + i, {"name": f"a{i}", "pid": i})
     assert [row for row, _ in outbox.pending(0, 3)] == [e + 1, e + 2, e + 3]

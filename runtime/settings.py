@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     # their public keys; the loopback mdp_endpoint stays as it is for the local actors.
     curve: bool = False
     curve_endpoint: str = "tcp://0.0.0.0:5558"
-    keys_dir: str = ""  # "" = <data_dir>/keys (see broker/curve.py for its layout)
+    keys_dir: str = ""  # "" = <data_dir>/keys (see transport/curve_keys.py for its layout)
     # The tree's own door (broker/tree_door.py): an ipc:// socket in a directory only the
     # tree's user may enter; the actors' services are served from it only.
     # "" = ipc://<tmp>/lea-<uid>-<key of data_dir>/tree.sock (tree_mdp_endpoint says why)

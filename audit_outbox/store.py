@@ -3,10 +3,10 @@
 Each start, exit and restart of a child is an audit record. audit_log is itself one of the
 children (and the broker another), so a record cannot wait for it: it is committed here first
 (WAL, ``synchronous=FULL``: it survives kill -9 of the supervisor and a power cut), and a row
-is deleted only once audit_log has acknowledged it as durable (supervision/audit_link.py).
+is deleted only once audit_log has acknowledged it as durable (audit_outbox/link.py).
 Rows left by a previous run are sent at the next start. Record ids are
 ``{source}:{store id}:{row id}``; the store id is made once per database, AUTOINCREMENT
-never reuses a row id, and each open starts a new epoch of ids (actors/durability.py), so
+never reuses a row id, and each open starts a new epoch of ids (runtime/durability.py), so
 an id names one record forever, even after a cut that rolled back the last rows.
 
 No actor reads this database (§8): it is the supervisor's own. The broker, a child that
@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from actors.durability import start_epoch
 from messages.audit import MAX_REPLAY_ID, AuditRecordIn
+from runtime.durability import start_epoch
 
 DB_NAME = "supervisor.sqlite3"
 _SCHEMA = """
@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 def create(db: sqlite3.Connection) -> None:
     """The outbox's tables in ``db`` (another owner may keep its own tables beside them and
     commit a record in the same transaction as the change it records), and a new epoch of
-    its ids (outside any transaction: no id is reused after a cut, actors/durability.py)."""
+    its ids (outside any transaction: no id is reused after a cut, runtime/durability.py)."""
     db.executescript(_SCHEMA)
     db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
     start_epoch(db, "outbox")

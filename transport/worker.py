@@ -22,11 +22,11 @@ import zmq
 from loguru import logger
 from zmq.backend import Socket as _Raw
 
-from broker import mdp
-from broker.frames import recv_frames
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode, encode
 from messages.control import ErrorReply
+from transport import mdp
+from transport.frames import recv_frames
 
 SocketSetup = Callable[["zmq.Socket[bytes]"], None]
 
@@ -35,7 +35,7 @@ REFUSED_WITHIN_S = 1.0
 REFUSED_BACKOFF_S = 0.1
 REFUSED_BACKOFF_MAX_S = 10.0
 
-_send = _Raw.send  # pyzmq's Cython send, under the Python-level Socket.send (broker/frames.py)
+_send = _Raw.send  # pyzmq's Cython send, under the Python-level Socket.send (transport/frames.py)
 _SNDMORE = int(zmq.SNDMORE)  # a plain int: an enum member is converted on every call
 
 

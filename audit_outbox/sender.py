@@ -32,7 +32,6 @@ from typing import Any
 
 from loguru import logger
 
-from broker.client import CallFailed
 from messages.audit import (
     MAX_RECORDS_PER_APPEND,
     AppendRecords,
@@ -42,6 +41,7 @@ from messages.audit import (
 )
 from messages.base import Message, is_plain_json
 from messages.codec import Envelope
+from transport.client import CallFailed
 
 SERVICE = "audit_log"
 BATCH = min(500, MAX_RECORDS_PER_APPEND)

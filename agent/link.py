@@ -20,8 +20,8 @@ from agent.tunnel import (
     parse_target,
     parse_tcp_endpoint,
 )
-from broker.config import Settings
-from broker.curve import CurveConfigError, KeyLayout
+from runtime.settings import Settings
+from transport.curve_keys import CurveConfigError, KeyLayout
 
 
 class LinkError(ValueError):

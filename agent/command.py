@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from broker.config import Settings
-from cli import agent_link
+from agent import link as agent_link
+from runtime.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,13 +35,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from agent.effects import EffectsLog
     from agent.executors import ExecutorUnavailable, ScenarioError, load_scenario, make_executor
     from agent.process import Agent, AgentError
-    from broker.logs import setup_logging
+    from runtime.logs import setup_logging
 
     machine_id: str = args.machine_id
     setup_logging(f"agent.{machine_id}", settings.log_level)
     if args.connect:
         settings = settings.model_copy(update={"mdp_endpoint": args.connect})
-    try:  # an SSH tunnel and/or CURVE (cli/agent_link.py): started with the agent
+    try:  # an SSH tunnel and/or CURVE (agent/link.py): started with the agent
         link = agent_link.build(settings, args, machine_id)
     except agent_link.LinkError as exc:
         print(f"error: {exc}", file=sys.stderr)

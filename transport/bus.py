@@ -12,9 +12,9 @@ from typing import Any
 
 import zmq
 
-from broker.frames import poll_items, recv_frames, zmq_poll
 from messages.codec import MessageError, decode, encode
 from messages.events import Event
+from transport.frames import poll_items, recv_frames, zmq_poll
 
 
 def event_frames(topic: str, source: str, data: dict[str, Any] | None = None) -> list[bytes]:

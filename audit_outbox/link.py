@@ -1,6 +1,6 @@
 """The supervisor's audit records on their way to audit_log, without ever blocking its loop.
 
-The supervisor commits each record in its outbox (supervision/audit_outbox.py), then this
+The supervisor commits each record in its outbox (audit_outbox/store.py), then this
 link sends the outbox through the broker with the shared :class:`AuditSender` (one batch in
 flight at a time, re-sent after a failure or a restart of either side) over a non-blocking
 MDP client. The broker and audit_log are children of the same supervisor: while either is
@@ -23,9 +23,9 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from actors.audit_sender import RETRY_S, AuditSender
-from broker.client import Client
-from supervision.audit_outbox import AuditOutbox
+from audit_outbox.sender import RETRY_S, AuditSender
+from audit_outbox.store import AuditOutbox
+from transport.client import Client
 
 OUTBOX_LOOK_S = 1.0
 """How often the link looks for records another process committed to the outbox."""

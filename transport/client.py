@@ -15,12 +15,12 @@ from typing import Any
 
 import zmq
 
-from broker import mdp
-from broker.frames import recv_frames, send_frames
-from broker.worker import SocketSetup
 from messages.base import Message
 from messages.codec import Envelope, MessageError, decode, encode, new_id
 from messages.control import ErrorReply
+from transport import mdp
+from transport.frames import recv_frames, send_frames
+from transport.worker import SocketSetup
 
 
 class CallFailed(RuntimeError):

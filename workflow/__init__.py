@@ -1,0 +1,2 @@
+"""The workflow language's rules (setup chain, declared safety checks, pause messages,
+monitor routing) over the wire models of :mod:`messages`."""

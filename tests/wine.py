@@ -175,6 +175,7 @@ class Wine:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         assert proc.stdout is not None
+        log.touch()  # readable at once: the thread creates it only with the first output
         threading.Thread(target=_copy_output, args=(proc.stdout, log), daemon=True).start()
         self.procs.append(proc)
         return proc

@@ -12,7 +12,7 @@ from cli import bundle
 
 def test_the_folder_holds_the_agent_and_what_it_imports_only() -> None:
     modules = bundle.agent_modules()
-    for needed in ("agent.process", "agent.ledger", "agent.console_stop",
+    for needed in ("agent.process", "agent.ledger", "agent.console_stop", "agent.session_end",
                    "agent.executors.desktop", "agent.screen.win32", "broker.worker",
                    "broker.client", "broker.config", "messages.codec", "cli.agent_cmd",
                    "cli.agent_link", "supervision.liveness", "cli", "supervision"):

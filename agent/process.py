@@ -53,6 +53,7 @@ from agent.pause_notice import PauseNotices
 from agent.reports import Retrying
 from agent.screen.probe import probe_for
 from agent.serve import Intake
+from agent.session_end import SessionEnd
 from messages.base import Message
 from messages.codec import Envelope, MessageError
 from messages.control import ErrorReply, Ping, Pong
@@ -125,6 +126,7 @@ class Agent:
         for sock in (self._wake_r, self._wake_w):
             sock.setblocking(False)
         self._console = ConsoleStop(self._request_stop, SHUTDOWN_GRACE_S + 1.0)
+        self._session_end = SessionEnd(self._request_stop, SHUTDOWN_GRACE_S + 1.0)
 
     # Execution thread -----------------------------------------------------------------------
 
@@ -254,7 +256,8 @@ class Agent:
 
     def _request_stop(self, reason: str) -> None:
         """A signal (SIGTERM, SIGINT; Windows: SIGBREAK) or, on Windows, a console close /
-        log-off / shutdown (agent/console_stop.py, on a thread of the system's)."""
+        log-off / shutdown (agent/console_stop.py, on a thread of the system's; or
+        agent/session_end.py, on its window's thread)."""
         logger.info("{}: got {}, stopping", self.service, reason)
         if not self._stopping:
             self._stopping = True
@@ -293,6 +296,8 @@ class Agent:
             if sys.platform == "win32":
                 signal.signal(signal.SIGBREAK, self._on_signal)  # Ctrl-Break
                 self._console.install()
+                if not self._session_end.install():
+                    logger.warning("no stop at log-off / shutdown: {}", self._session_end.error)
             # The poll returns at once on a signal instead of after its timeout.
             signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
         self.ctx = zmq.Context()
@@ -330,10 +335,13 @@ class Agent:
             self.client.close()
             self.ctx.term()
             self.ledger.close()
-            self._console.stopped()
             # The wake-up sockets stay open: a still-running execution thread may write to
             # them, and a closed fd number could by then name another file.
-        logger.info("{}: stopped", self.service)
+            logger.info("{}: stopped", self.service)
+            # Last: a console close or session end waiting for us then lets Windows end the
+            # process, which may happen at once.
+            self._console.stopped()
+            self._session_end.stopped()
         return self.exit_code
 
     def _loop(self) -> None:

@@ -175,6 +175,7 @@ class Wine:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         assert proc.stdout is not None
+        log.touch()  # readable at once: the thread creates it only with the first output
         threading.Thread(target=_copy_output, args=(proc.stdout, log), daemon=True).start()
         self.procs.append(proc)
         return proc
@@ -270,7 +271,11 @@ def wine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wine]:
 
 @pytest.fixture(scope="session")
 def agent_bundle(wine: Wine, tmp_path_factory: pytest.TempPathFactory) -> WineBundle:
-    return make_bundle(tmp_path_factory.mktemp("bundle") / "lea-agent", wine)
+    """Installed as the README says, under a folder like ``C:\\Program Files\\…``: with a
+    space and accents in its path (the launcher's ``%~dp0``, the keys, the default ledger)."""
+    where = tmp_path_factory.mktemp("bundle") / "Program Files" / "Léa Santé" / "lea-agent"
+    where.parent.mkdir(parents=True)
+    return make_bundle(where, wine)
 
 
 class WineAgent(Agent):

@@ -12,7 +12,7 @@ from cli import bundle
 
 def test_the_folder_holds_the_agent_and_what_it_imports_only() -> None:
     modules = bundle.agent_modules()
-    for needed in ("agent.process", "agent.ledger", "agent.console_stop",
+    for needed in ("agent.process", "agent.ledger", "agent.console_stop", "agent.session_end",
                    "agent.executors.desktop", "agent.screen.win32", "transport.worker",
                    "transport.client", "runtime.settings", "messages.codec", "agent.command",
                    "agent.link", "runtime.liveness", "workflow.monitors"):

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="audit_command", required=True)
     show = sub.add_parser("show", help="the timeline of one replay (or of one source: "
                           "--source console for sign-ins and accounts)")
-    show.add_argument("replay_id", nargs="?")
+    show.add_argument("replay_id", nargs="?", help="the replay (or give --source)")
     show.add_argument("--source", help="instead of a replay: every record of this source "
                       "(console, supervisor, dispatcher...)")
     show.add_argument("--json", action="store_true", help="one JSON object per record")
@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prune = sub.add_parser("prune", help="retention: remove old screenshot files "
                            "(their hashes stay; the chain still verifies)")
     prune.add_argument("--prune-screenshots-older-than", "--screenshots-older-than",
-                       dest="days", type=float, required=True, metavar="DAYS")
+                       dest="days", type=float, required=True, metavar="DAYS",
+                       help="remove the image files no record newer than DAYS refers to")
     prune.add_argument("--operator", help="who prunes (recorded in the trail)")
     for p in (show, export, prune):
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")

@@ -3,9 +3,9 @@
 Where each command gets its data, and why:
 
 - ``show``, ``export`` and ``prune`` ask the audit_log actor through the broker
-  (``audit.query`` / ``audit.prune_screenshots``): the actor owns its database (DESIGN §8),
-  the commands then work from any machine that reaches the broker, and a prune (a write)
-  has a single writer.
+  (``audit.query`` / ``audit.prune_screenshots``): the actor owns its database
+  (docs/architecture.md), the commands then work from any machine that reaches the broker, and a
+  prune (a write) has a single writer.
 - ``verify`` reads the database file itself, read-only, in one read transaction (a
   consistent snapshot while the actor keeps appending). It is the auditor's offline tool:
   it must work with the tree stopped, on a copy of the data directory, and must not take

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     problems = unlocatable(workflow.actions)
     if problems:
-        # Replayed, such a step could only fail, or act blind (issue 15): refused here.
+        # Replayed, such a step could only fail, or act blind: refused here.
         print(f"error: {args.file}: " + "\n  ".join(["actions the agent cannot locate:",
                                                        *problems]), file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ from runtime.settings import Settings, load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of ``python run.py``."""
     parser = argparse.ArgumentParser(
         prog="python run.py",
         description="Léa replay orchestrator. Without a command: 'up'.",
@@ -58,26 +59,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_global_options(parser: argparse.ArgumentParser, default: object) -> None:
-    """The options every command takes, before or after its name. Under a subcommand they
-    default to SUPPRESS, so that one not repeated there keeps the value given before it; an
-    option the subcommand defines itself (the agent's own --data-dir) is its own."""
+    """The options every command takes, before or after its name (docs/operations.md). Under
+    a subcommand they default to SUPPRESS, so that one not repeated there keeps the value
+    given before it; an option the subcommand defines itself (the agent's own --data-dir) is
+    its own."""
     taken = set(parser._option_string_actions)
-    options: list[tuple[str, dict[str, object]]] = [
-        ("--config", {"metavar": "FILE", "help": "TOML file with a [lea] table of settings"}),
-        ("--data-dir", {"metavar": "DIR", "help": "where state is kept (default var/; also "
-                                                  "LEA_DATA_DIR)"}),
-        ("--curve", {"action": "store_true",
-                     "help": "CURVE: the broker also listens on curve_endpoint for agents with "
-                             "an allowed key; an agent connects with CURVE (also LEA_CURVE=1)"}),
-        ("--console-port", {"type": int, "metavar": "PORT",
-                            "help": "the supervisor console's port on 127.0.0.1 (default 8765; "
-                                    "0 = no console; also LEA_CONSOLE_PORT)"}),
-    ]
     group = parser if default is None else parser.add_argument_group(
         "global options (accepted before or after the command)")
-    for flag, kwargs in options:
-        if flag not in taken:
-            group.add_argument(flag, default=default, **kwargs)  # type: ignore[arg-type]
+    if "--config" not in taken:
+        group.add_argument("--config", default=default, metavar="FILE",
+                           help="TOML file with a [lea] table of settings")
+    if "--data-dir" not in taken:
+        group.add_argument("--data-dir", default=default, metavar="DIR",
+                           help="where state is kept (default var/; also LEA_DATA_DIR)")
+    if "--curve" not in taken:
+        group.add_argument("--curve", action="store_true", default=default,
+                           help="CURVE: the broker also listens on curve_endpoint for agents "
+                                "with an allowed key; an agent connects with CURVE (also "
+                                "LEA_CURVE=1)")
+    if "--console-port" not in taken:
+        group.add_argument("--console-port", type=int, default=default, metavar="PORT",
+                           help="the supervisor console's port on 127.0.0.1 (default 8765; "
+                                "0 = no console; also LEA_CONSOLE_PORT)")
 
 
 def every_parser(parser: argparse.ArgumentParser,

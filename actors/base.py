@@ -4,9 +4,9 @@ An actor subclass names its ``service`` and registers handlers; the loop here on
 decodes, calls the handler and replies. Bad input never escapes a handler: it becomes an
 :class:`~messages.ErrorReply` and a ``lea:bad_message`` event.
 
-Who may ask what (DESIGN.md §9): a peer of the plain loopback endpoint (an actor, the command
-line) is trusted. A peer the broker authenticated with CURVE is an agent, named by its
-identity (:attr:`Incoming.identity`); it may send only the types in
+Who may ask what (docs/protocol.md, "CURVE and identity"): a peer of the plain loopback endpoint (an
+actor, the command line) is trusted. A peer the broker authenticated with CURVE is an agent, named
+by its identity (:attr:`Incoming.identity`); it may send only the types in
 :attr:`Actor.agent_requests`, and only for its own machine. Anything else is refused
 (``forbidden`` / ``wrong_machine``) with a ``lea:sender_refused`` event.
 """

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=("simulated", "desktop"), default="simulated",
                         help="simulated: an in-memory desktop; desktop: the real screen")
     parser.add_argument("--data-dir", dest="agent_data_dir", metavar="DIR",
-                        help="the agent's ledger directory (default <data_dir>/agent-<M>)")
+                        help="the agent's ledger directory (default <data_dir>/agent-<M>; "
+                             "the global --data-dir goes before 'agent')")
     parser.add_argument("--effects-log", metavar="FILE",
                         help="append one JSON line per input performed (for tests)")
     parser.add_argument("--scenario", metavar="FILE",

@@ -1,8 +1,8 @@
-"""The agent's side of CURVE (DESIGN.md §9): keys on every socket, and a watch on handshakes.
+"""The agent's side of CURVE (docs/protocol.md): keys on every socket, and a watch on handshakes.
 
 A broker that refuses our key answers the handshake with ZAP 400; libzmq then never retries
-that connection and queues what we send in silence (notes/zeromq-facts.md). The only sign is
-a socket-monitor event, so every socket the agent opens is monitored: a refusal is logged as
+that connection and queues what we send in silence (docs/protocol.md, "libzmq behaviours"). The only
+sign is a socket-monitor event, so every socket the agent opens is monitored: a refusal is logged as
 a clear error naming the key and what to do, and the sockets are made anew after a backoff
 (or the agent exits with EXIT_REFUSED when told to). A wrong server key shows differently:
 the broker drops the handshake without a word and libzmq retries it for ever, so repeated
@@ -178,7 +178,7 @@ class CurveLink:
                     break
                 if event["event"] == zmq.EVENT_MONITOR_STOPPED:
                     # Only now may the monitor close: closing it while libzmq still
-                    # reports to it hung the context's I/O thread (notes/zeromq-facts.md).
+                    # reports to it hung the context's I/O thread (docs/protocol.md).
                     monitor.close(0)
                     self._monitors.remove((target, monitor))
                     break

@@ -1,4 +1,4 @@
-"""The agent's on-disk ledger of executed actions (DESIGN §4, D5/D6).
+"""The agent's on-disk ledger of executed actions (docs/architecture.md).
 
 One row per ``(replay_id, action_id)``: which attempt started it, whether it finished, the
 report first sent for it and the report still waiting for the dispatcher's acknowledgement

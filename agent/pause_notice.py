@@ -1,4 +1,4 @@
-"""Showing a pause to the person at the workstation (issue 4 item 5, spec/04 §3.4).
+"""Showing a pause to the person at the workstation (docs/screens-and-pauses.md).
 
 The dispatcher sends :class:`~messages.pause.AgentPaused` to ``agent.<machine_id>`` when a
 replay on this machine pauses (and again after each agent hello); :class:`AgentPauseEnded`

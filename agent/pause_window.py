@@ -2,8 +2,8 @@
 
 It runs as its own process (started by :mod:`agent.pause_notice`), so Tk never shares a
 thread with the agent's loop and a window that fails cannot take the agent down; closing it
-is ending the process. The text is never truncated (spec/04 §3.4): a read-only text box
-sized to the content up to a cap, with a scrollbar from the cap on, wrapping long lines.
+is ending the process. The text is never truncated (docs/screens-and-pauses.md): a read-only text
+box sized to the content up to a cap, with a scrollbar from the cap on, wrapping long lines.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def text_box_size(text: str, min_cols: int = MIN_COLS, max_cols: int = MAX_COLS,
                   max_rows: int = MAX_ROWS) -> tuple[int, int, bool]:
     """``(columns, rows, scrollbar)`` for ``text`` word-wrapped at the columns: as wide as
     the longest line within [min_cols, max_cols], as tall as the wrapped text up to
-    ``max_rows``. The scrollbar shows once that cap is reached or from 200 characters on
-    (spec/04 §3.4), so a long multi-line reason is never cut silently."""
+    ``max_rows``. The scrollbar shows once that cap is reached or from 200 characters on,
+    so a long multi-line reason is never cut silently."""
     lines = text.split("\n")
     cols = max(min_cols, min(max_cols, max((len(line) for line in lines), default=0)))
     wrapped = sum(max(1, len(textwrap.wrap(line, cols, break_long_words=True)))

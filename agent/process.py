@@ -1,6 +1,6 @@
 """The agent process: an MDP worker of ``agent.<machine_id>`` that executes what it is sent.
 
-Life of an action here (spec/03 §3, DESIGN §4):
+Life of an action here (docs/architecture.md):
 
 1. A :class:`DispatchAction` arrives. The ledger, keyed by ``(replay_id, action_id)``,
    decides (serve.py): new → mark it *started* on disk, hand it to the execution thread,

@@ -4,7 +4,7 @@ In MDP a worker's FINAL is fire-and-forget: nothing tells the worker it arrived,
 broker restarted meanwhile drops it. So the outcome of an action does not travel as the
 reply to the dispatch (that reply is only :class:`ActionReceived`); it is a request of its
 own to the ``dispatcher`` service, answered by :class:`ReportAck` once recorded, and sent
-again after 1, 3, 7, then every 7 seconds until then (spec/03 case d). The same retrying
+again after 1, 3, 7, then every 7 seconds until then (docs/architecture.md). The same retrying
 carries :class:`AgentHello`.
 """
 

@@ -237,7 +237,7 @@ class Intake:
         """Started by a process that died before finishing. An input action may or may not
         have reached the screen: reported indeterminate, a person must check (the entry
         returned). An action without input (wait, verify_screen) has no effect to repeat:
-        forgotten (None), it runs again when the dispatcher re-sends it (issue 15)."""
+        forgotten (None), it runs again when the dispatcher re-sends it."""
         if entry.action_type in INPUT_TYPES:
             return self.recover(entry)
         if self.ledger.forget_unfinished(*entry.key):

@@ -1,11 +1,11 @@
 """The SSH tunnel an agent opens itself (``--ssh USER@HOST[:PORT]``), kept open for its life.
 
-The broker stays bound to 127.0.0.1 on its host (DESIGN.md §9). The agent runs the system
+The broker stays bound to 127.0.0.1 on its host (docs/protocol.md). The agent runs the system
 ``ssh -N -L 127.0.0.1:LOCAL:BROKER_HOST:BROKER_PORT`` and connects its sockets to the local
 end. When ssh exits (network cut, server restart, kill), a supervising thread starts it again
 after a backoff, on the same local port, and the ZeroMQ sockets reconnect by themselves;
 what was in flight meanwhile is covered by the protocol's own retries (the reports' backoff,
-the dispatcher's resends), so nothing is lost (notes/zeromq-facts.md, SSH tunnel recipe).
+the dispatcher's resends), so nothing is lost (docs/protocol.md, "libzmq behaviours").
 
 Pure parts (parsing, the ssh command line, the backoff) are plain functions and classes; the
 :class:`Tunnel` thread is the only I/O.

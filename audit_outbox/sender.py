@@ -1,4 +1,4 @@
-"""A sender's audit records on their way to audit_log (DESIGN.md §8, issue 7: nothing lost).
+"""A sender's audit records on their way to audit_log (docs/architecture.md: nothing lost).
 
 Shared by every sender that keeps its records in a durable outbox of its own (the dispatcher,
 the supervisor): the sender commits each record in its outbox first; :class:`AuditSender`
@@ -17,8 +17,8 @@ It never blocks: it is driven by ``tick(now)`` from the sender's loop and by the
 callback of a non-blocking MDP client call. An acknowledgement sends the next batch at once
 only when the last one was full (more is surely waiting); otherwise the owner's next tick
 does, so that records committed meanwhile go together: audit_log pays mostly per request
-(one fsync'ed commit each), and sending again on every acknowledgement made batches of ~5
-records under load, for twice audit_log's CPU per step (bench/throughput.py).
+(one fsync'ed commit each), and sending again on every acknowledgement made small batches
+under load, and audit_log's work per step grew with them (bench/throughput.py).
 """
 
 from __future__ import annotations

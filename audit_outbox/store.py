@@ -1,4 +1,4 @@
-"""The supervisor's audit outbox: ``<data_dir>/supervisor.sqlite3`` (DESIGN.md §7, §8).
+"""The supervisor's audit outbox: ``<data_dir>/supervisor.sqlite3`` (docs/architecture.md).
 
 Each start, exit and restart of a child is an audit record. audit_log is itself one of the
 children (and the broker another), so a record cannot wait for it: it is committed here first
@@ -9,8 +9,8 @@ Rows left by a previous run are sent at the next start. Record ids are
 never reuses a row id, and each open starts a new epoch of ids (runtime/durability.py), so
 an id names one record forever, even after a cut that rolled back the last rows.
 
-No actor reads this database (§8): it is the supervisor's own. The broker, a child that
-cannot wait for audit_log either, commits its refusals here too (source ``broker``,
+No actor reads this database (docs/architecture.md): it is the supervisor's own. The broker, a child
+that cannot wait for audit_log either, commits its refusals here too (source ``broker``,
 broker/refusal_audit.py); the supervisor sends them with its own. The console keeps the same
 outbox in its own database (console/account_store.py), beside its accounts.
 """

@@ -12,7 +12,7 @@ label) with the anchor among them, the hard case for the coarse stage. Cases:
 
 Floors, measured in the same run on the same image: one full-frame grey conversion (PIL
 ``convert("L")`` + numpy view, what any matcher does first) and one full-frame
-``np.abs(a - b)`` of two frames. Target (issue 4): p50 < 50 ms for the same-scale case.
+``np.abs(a - b)`` of two frames. Target: p50 < 50 ms for the same-scale case.
 """
 
 from __future__ import annotations

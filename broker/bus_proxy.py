@@ -20,7 +20,7 @@ from transport.frames import PollItems, poll_items, recv_frames, send_frames, zm
 
 #: Messages moved per wake-up before the loop looks at its other sockets again.
 BATCH = 1000
-#: The default HWM (1000) lost about half of a fast publisher's events (notes/zeromq-facts).
+#: The default HWM (1000) drops a fast publisher's events (docs/protocol.md).
 BUS_HWM = 100_000
 
 #: First byte of a (un)subscription as an XPUB hands it up.

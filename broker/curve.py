@@ -1,10 +1,10 @@
-"""CURVE for agents (DESIGN.md §9): the broker's listener, the allow-list, and its ZAP judge
+"""CURVE for agents (docs/protocol.md): the broker's listener, the allow-list, and its ZAP judge
 (the key files are read by :mod:`transport.curve_keys`).
 
 The broker's one ROUTER gets another listener, ``curve_endpoint``, that is a CURVE server,
 for agents outside and for agents through an SSH tunnel alike; the loopback
 ``mdp_endpoint`` stays plain for local commands. libzmq takes a socket's security options
-when it binds (notes/zeromq-facts.md), so binding the plain endpoint first and the CURVE one
+when it binds (docs/protocol.md), so binding the plain endpoint first and the CURVE one
 after the options are set gives one MDP state with several doors. A NULL connection with no
 ZAP domain never reaches ZAP (measured with libzmq 4.3.5).
 

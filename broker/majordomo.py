@@ -4,8 +4,8 @@ It owns no loop: the broker feeds it every message the ROUTER received (:meth:`h
 calls :meth:`tick` every heartbeat interval. The message path does dict lookups and deque
 moves and never decodes a body.
 
-Authorization (DESIGN.md §9): the broker hands ``handle`` the first frame of each message,
-whose metadata names the sender's door (its ZAP User-Id):
+Authorization (docs/protocol.md, "CURVE and identity"): the broker hands ``handle`` the first frame
+of each message, whose metadata names the sender's door (its ZAP User-Id):
 
 - the actors' services (:data:`broker.tree_door.TREE_SERVICES`) may be served only from the
   tree's own door (User-Id ``@tree``): a READY for one of them from anywhere else (the plain

@@ -1,4 +1,5 @@
-"""The tree's own door: the only place the actors' services may be served from (DESIGN.md §9).
+"""The tree's own door: the only place the actors' services may be served from
+(docs/protocol.md).
 
 An agent must never pass for an actor: a peer that served ``dispatcher`` or ``audit_log``
 would receive agents' reports and audit batches (patient screenshots) and could acknowledge

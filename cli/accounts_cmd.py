@@ -30,26 +30,27 @@ if TYPE_CHECKING:
 ROLES = get_args(Role)
 
 EXIT_OK, EXIT_ERROR = 0, 1
+_NAME = "the account's name (what its owner signs in with)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="accounts_command", required=True)
     add = sub.add_parser("add", help="create an account (the password is asked, or read "
                          "from standard input)")
-    add.add_argument("name")
+    add.add_argument("name", help=_NAME)
     add.add_argument("--role", choices=ROLES, required=True,
                      help="viewer: follows replays; operator: also answers them; admin: "
                           "also sees the accounts in the console")
     listed = sub.add_parser("list", help="every account, its role and state")
-    listed.add_argument("--json", action="store_true")
+    listed.add_argument("--json", action="store_true", help="one JSON object per account")
     for verb, text in (("disable", "refuse its sign-ins and end its sessions"),
                        ("enable", "allow its sign-ins again")):
-        sub.add_parser(verb, help=text).add_argument("name")
+        sub.add_parser(verb, help=text).add_argument("name", help=_NAME)
     role = sub.add_parser("role", help="change an account's role (applies at once)")
-    role.add_argument("name")
-    role.add_argument("role", choices=ROLES)
+    role.add_argument("name", help=_NAME)
+    role.add_argument("role", choices=ROLES, help="the new role")
     password = sub.add_parser("password", help="set a new password (ends its sessions)")
-    password.add_argument("name")
+    password.add_argument("name", help=_NAME)
 
 
 def read_password(name: str, stdin: TextIO = sys.stdin) -> str:

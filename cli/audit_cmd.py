@@ -3,9 +3,9 @@
 Where each command gets its data, and why:
 
 - ``show``, ``export`` and ``prune`` ask the audit_log actor through the broker
-  (``audit.query`` / ``audit.prune_screenshots``): the actor owns its database (DESIGN §8),
-  the commands then work from any machine that reaches the broker, and a prune (a write)
-  has a single writer.
+  (``audit.query`` / ``audit.prune_screenshots``): the actor owns its database
+  (docs/architecture.md), the commands then work from any machine that reaches the broker, and a
+  prune (a write) has a single writer.
 - ``verify`` reads the database file itself, read-only, in one read transaction (a
   consistent snapshot while the actor keeps appending). It is the auditor's offline tool:
   it must work with the tree stopped, on a copy of the data directory, and must not take
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="audit_command", required=True)
     show = sub.add_parser("show", help="the timeline of one replay (or of one source: "
                           "--source console for sign-ins and accounts)")
-    show.add_argument("replay_id", nargs="?")
+    show.add_argument("replay_id", nargs="?", help="the replay (or give --source)")
     show.add_argument("--source", help="instead of a replay: every record of this source "
                       "(console, supervisor, dispatcher...)")
     show.add_argument("--json", action="store_true", help="one JSON object per record")
@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prune = sub.add_parser("prune", help="retention: remove old screenshot files "
                            "(their hashes stay; the chain still verifies)")
     prune.add_argument("--prune-screenshots-older-than", "--screenshots-older-than",
-                       dest="days", type=float, required=True, metavar="DAYS")
+                       dest="days", type=float, required=True, metavar="DAYS",
+                       help="remove the image files no record newer than DAYS refers to")
     prune.add_argument("--operator", help="who prunes (recorded in the trail)")
     for p in (show, export, prune):
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")

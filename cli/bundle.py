@@ -333,7 +333,8 @@ def build(out: Path, cache: Path | None = None, root: Path = ROOT,
     return bundle
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m cli.bundle``'s options."""
     parser = argparse.ArgumentParser(
         prog="python -m cli.bundle",
         description="Build the self-contained Windows agent folder (embeddable CPython 3.11, "
@@ -342,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help=f"download cache (default {default_cache()})")
     parser.add_argument("--list-modules", action="store_true",
                         help="print the project modules the agent imports, and stop")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_modules:
         print("\n".join(agent_modules()))

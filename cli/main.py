@@ -4,43 +4,34 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from actors import ACTORS
 from runtime.settings import Settings, load_settings
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of ``python run.py``."""
     parser = argparse.ArgumentParser(
         prog="python run.py",
         description="Léa replay orchestrator. Without a command: 'up'.",
     )
-    parser.add_argument("--config", help="TOML file with a [lea] table of settings")
-    parser.add_argument("--data-dir", help="where state is kept (default var/)")
-    parser.add_argument("--curve", action="store_true", default=None,
-                        help="CURVE: the broker also listens on curve_endpoint for agents with "
-                             "an allowed key; an agent connects with CURVE (also LEA_CURVE=1)")
-    parser.add_argument("--console-port", type=int, default=None, metavar="PORT",
-                        help="the supervisor console's port on 127.0.0.1 (default 8765; "
-                             "0 = no console; also LEA_CONSOLE_PORT)")
+    _add_global_options(parser, None)
     sub = parser.add_subparsers(dest="command")
-    up = sub.add_parser("up", help="start the broker and the actors under the supervisor")
-    up.add_argument("--curve", action="store_true", default=argparse.SUPPRESS,
-                    help="the global --curve, also accepted here")
-    up.add_argument("--console-port", type=int, default=argparse.SUPPRESS, metavar="PORT",
-                    help="the global --console-port, also accepted here")
+    sub.add_parser("up", help="start the broker and the actors under the supervisor")
     sub.add_parser("broker", help="run the broker alone (the supervisor does this)")
     sub.add_parser("console", help="run the supervisor console alone (the supervisor does "
                    "this)")
     actor = sub.add_parser("actor", help="run one actor alone (the supervisor does this)")
-    actor.add_argument("name", choices=sorted(ACTORS))
+    actor.add_argument("name", choices=sorted(ACTORS), help="which actor")
     tap = sub.add_parser("tap", help="print bus events live")
-    tap.add_argument("prefix", nargs="?", default="lea:")
+    tap.add_argument("prefix", nargs="?", default="lea:",
+                     help="print the events whose topic starts with this (default lea:)")
     tap.add_argument("--json", action="store_true", help="JSON lines")
     ping = sub.add_parser("ping", help="call every service and print its round trip")
     ping.add_argument("services", nargs="*", help="default: the six actors")
-    ping.add_argument("--json", action="store_true")
+    ping.add_argument("--json", action="store_true", help="one JSON object per service")
     ping.add_argument("--timeout", type=float, default=2.0, help="seconds per service")
     demo = sub.add_parser("demo", help="run the example workflow end to end, here")
     demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
@@ -61,7 +52,46 @@ def _parser() -> argparse.ArgumentParser:
 
     accounts_cmd.add_arguments(sub.add_parser("accounts", help="the console's operator "
                                               "accounts: add, list, disable, role, password"))
+    for _name, inner in list(every_parser(parser)):
+        if inner is not parser:
+            _add_global_options(inner, argparse.SUPPRESS)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """The options every command takes, before or after its name (docs/operations.md). Under
+    a subcommand they default to SUPPRESS, so that one not repeated there keeps the value
+    given before it; an option the subcommand defines itself (the agent's own --data-dir) is
+    its own."""
+    taken = set(parser._option_string_actions)
+    group = parser if default is None else parser.add_argument_group(
+        "global options (accepted before or after the command)")
+    if "--config" not in taken:
+        group.add_argument("--config", default=default, metavar="FILE",
+                           help="TOML file with a [lea] table of settings")
+    if "--data-dir" not in taken:
+        group.add_argument("--data-dir", default=default, metavar="DIR",
+                           help="where state is kept (default var/; also LEA_DATA_DIR)")
+    if "--curve" not in taken:
+        group.add_argument("--curve", action="store_true", default=default,
+                           help="CURVE: the broker also listens on curve_endpoint for agents "
+                                "with an allowed key; an agent connects with CURVE (also "
+                                "LEA_CURVE=1)")
+    if "--console-port" not in taken:
+        group.add_argument("--console-port", type=int, default=default, metavar="PORT",
+                           help="the supervisor console's port on 127.0.0.1 (default 8765; "
+                                "0 = no console; also LEA_CONSOLE_PORT)")
+
+
+def every_parser(parser: argparse.ArgumentParser,
+                 path: str = "") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``parser`` and every subcommand's parser under it, with the command words that reach
+    it (argparse keeps them in a private list: read here only)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, inner in action.choices.items():
+                yield from every_parser(inner, f"{path} {name}".strip())
 
 
 def _curve_keys_missing(settings: Settings) -> bool:
@@ -196,7 +226,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         settings = load_settings(args.config, data_dir=args.data_dir, curve=args.curve,
                                  console_port=args.console_port)

@@ -229,14 +229,21 @@ def _handler_for(stub: OllamaStub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m cli.ollama_stub``'s options."""
     parser = argparse.ArgumentParser(prog="python -m cli.ollama_stub", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=11434, help="0: any free port")
-    parser.add_argument("--mode", choices=sorted(MODES), default="good")
+    parser.add_argument("--mode", choices=sorted(MODES), default="good",
+                        help="how it answers: good (default) well, the others badly on "
+                             "purpose")
     parser.add_argument("--delay", type=float, default=10.0, help="seconds, mode slow")
     parser.add_argument("--interval", type=float, default=0.3, help="seconds, mode trickle")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     stub = OllamaStub(args.mode, port=args.port, delay_s=args.delay, interval_s=args.interval)
     done = threading.Event()
 

@@ -36,28 +36,33 @@ EXIT_COMPLETED, EXIT_ERROR, EXIT_PAUSED, EXIT_FAILED = 0, 1, 3, 4
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="replay_command", required=True)
     start = sub.add_parser("start", help="start replaying a workflow file on a machine")
-    start.add_argument("file", type=Path)
-    start.add_argument("--machine-id", required=True)
-    start.add_argument("--mode", choices=["supervised", "autonomous"], default="supervised")
-    start.add_argument("--session-id")
-    start.add_argument("--operator")
+    start.add_argument("file", type=Path, help="the workflow JSON file")
+    start.add_argument("--machine-id", required=True, metavar="M",
+                       help="the workstation whose agent replays it (agent.<M>)")
+    start.add_argument("--mode", choices=["supervised", "autonomous"], default="supervised",
+                       help="supervised (default): every pause_for_human waits for a person; "
+                            "autonomous: only medical_critical pauses and failures do")
+    start.add_argument("--session-id", help="replays of one session on one machine run one "
+                       "after the other (default: a new session)")
+    start.add_argument("--operator", help="who starts it (recorded in the audit trail)")
     start.add_argument("--wait", action="store_true",
                        help="follow progress; exit 0 completed, 3 paused, 4 failed/cancelled")
     status = sub.add_parser("status", help="show one replay, or all of them")
-    status.add_argument("replay_id", nargs="?")
+    status.add_argument("replay_id", nargs="?", help="default: every replay")
     pause = sub.add_parser("pause", help="pause a running replay before its next step "
                            "(the step in flight finishes)")
-    pause.add_argument("replay_id")
-    pause.add_argument("--operator")
+    pause.add_argument("replay_id", help="the id replay start printed")
+    pause.add_argument("--operator", help="who pauses (recorded in the audit trail)")
     pause.add_argument("--message", help="shown to the supervisor (default: who paused)")
     resume = sub.add_parser("resume", help="resume a paused replay")
-    resume.add_argument("replay_id")
+    resume.add_argument("replay_id", help="the id replay start printed")
     resume.add_argument("--ack", action="append", default=[], metavar="CHECK_ID",
                         help="a safety check acknowledged (repeat for each)")
-    resume.add_argument("--operator")
+    resume.add_argument("--operator", help="who resumes (required when the pause has "
+                        "required checks; recorded in the audit trail)")
     cancel = sub.add_parser("cancel", help="cancel a replay")
-    cancel.add_argument("replay_id")
-    cancel.add_argument("--operator")
+    cancel.add_argument("replay_id", help="the id replay start printed")
+    cancel.add_argument("--operator", help="who cancels (recorded in the audit trail)")
     for p in (start, status, pause, resume, cancel):
         p.add_argument("--json", action="store_true", help="JSON output for scripts")
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")

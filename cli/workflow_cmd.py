@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="workflow_command", required=True)
     sub.add_parser("schema", help="print the workflow JSON Schema")
     check = sub.add_parser("check", help="validate a workflow file")
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="the workflow JSON file")
 
 
 def load_workflow(path: Path) -> Workflow:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     problems = unlocatable(workflow.actions)
     if problems:
-        # Replayed, such a step could only fail, or act blind (issue 15): refused here.
+        # Replayed, such a step could only fail, or act blind: refused here.
         print(f"error: {args.file}: " + "\n  ".join(["actions the agent cannot locate:",
                                                        *problems]), file=sys.stderr)
         return 1

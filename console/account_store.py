@@ -2,7 +2,7 @@
 sessions, recent failed sign-ins, and the console's audit outbox.
 
 Only the console and the ``run.py accounts`` command open it (no actor reads another's
-database, DESIGN.md §8): the accounts belong to the console, which alone decides who is at
+database, docs/architecture.md): the accounts belong to the console, which alone decides who is at
 it. Every change of an account and every sign-in event is committed in the same transaction
 as its audit record (the outbox of audit_outbox/store.py); the console's audit link
 sends the outbox to audit_log, so a change made with the tree stopped reaches the trail at

@@ -5,7 +5,7 @@ resume, pause and cancel need a role that may answer (console/accounts.py), and 
 dispatcher gets the account as ``operator`` with its role: the name is never taken from the
 body. Errors are ``{"error": code, "message": ..., "detail": {...}}`` with a 4xx/5xx status;
 a refusal of the dispatcher keeps its code (``required_checks_missing`` also lists
-``missing`` at the top, as spec/01 §6.2 has it).
+``missing`` at the top, as the origin spec has it).
 """
 
 from __future__ import annotations

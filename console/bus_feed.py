@@ -1,7 +1,7 @@
 """Bus events into the event loop: a thread reads ``lea:*`` with the project's Subscriber and
 hands each event to the loop; :class:`Hub` fans messages out to the open SSE streams.
 
-The bus is lossy by design (DESIGN.md §3), and so is this: a stream whose browser reads too
+The bus is lossy by design (docs/protocol.md), and so is this: a stream whose browser reads too
 slowly loses its queue and is told to reload everything (``resync``), rather than holding
 the console's memory hostage.
 """

@@ -52,7 +52,7 @@ class ApiProblem(Exception):
         out: dict[str, Any] = {"error": self.code, "message": self.message,
                                "detail": self.detail}
         if "missing" in self.detail:
-            out["missing"] = self.detail["missing"]  # spec/01 §6.2's shape
+            out["missing"] = self.detail["missing"]  # the origin spec's shape
         return out
 
 

@@ -45,7 +45,7 @@ def is_plain_json(value: Any) -> bool:
     list, str, int, bool, None, finite float): what :func:`audit_outbox.sender.plain_json` gives
     back as is, and what a workflow's parameters may hold.
 
-    A walk that builds nothing, ten times cheaper than the conversion: records read back
+    A walk that builds nothing, much cheaper than the conversion: records read back
     from an outbox (msgpack or JSON) almost always pass it."""
     kind = type(value)
     if kind in _SCALARS:

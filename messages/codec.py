@@ -57,7 +57,7 @@ class Envelope(Generic[M]):
 def new_id() -> str:
     """A fresh message id: 128 random bits as 32 hex digits (the shape of a UUID4's hex).
 
-    ``os.urandom`` is what ``uuid4`` draws from, without building a UUID object (4x cheaper).
+    ``os.urandom`` is what ``uuid4`` draws from, without building a UUID object.
     """
     return os.urandom(16).hex()
 
@@ -69,7 +69,7 @@ def max_message_bytes() -> int:
     """The size limit, from ``LEA_MAX_MESSAGE_BYTES`` or the 16 MiB default.
 
     Read once per process: the environment is the process's start-up configuration, and an
-    ``os.environ`` look-up per message cost as much as a small message's msgpack parse.
+    ``os.environ`` look-up per message costs about as much as parsing a small message.
     """
     global _limit
     if _limit is None:

@@ -1,4 +1,5 @@
-"""Dispatch conversation: dispatcher ↔ agent, and dispatcher ↔ watchdog (spec/03 §4)."""
+"""Dispatch conversation: dispatcher ↔ agent, and dispatcher ↔ watchdog
+(docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class ClaimReply(Message, type_name="action.claim_reply"):
 class ActionProgress(Message, type_name="action.progress"):
     """Agent → dispatcher: an attempt is still under way, in a known state, for a while.
 
-    Sent when a window guard starts waiting for a person (spec/04 §3: up to 120 s): the
+    Sent when a window guard starts waiting for a person (RPA_HUMAN_CORRECTION_TIMEOUT_S): the
     dispatcher shows the state and gives the watchdog ``hold_s`` more patience for this
     attempt, so a step waiting for a person is not taken for a lost one. Answered by Ack.
     """
@@ -125,7 +126,7 @@ class ActionSite(Message):
 
 
 class ActionReport(Message, type_name="action.report"):
-    """Agent → dispatcher: the outcome of one attempt (spec/03 §4.2); retried until acked."""
+    """Agent → dispatcher: the outcome of one attempt (docs/protocol.md); retried until acked."""
 
     replay_id: str
     session_id: str

@@ -37,7 +37,7 @@ ACTOR_EXITED: Final = "lea:actor_exited"
 ACTOR_RESTARTED: Final = "lea:actor_restarted"
 PEER_CONNECTED: Final = "lea:peer_connected"
 PEER_DISCONNECTED: Final = "lea:peer_disconnected"
-# A CURVE handshake refused by the broker (key not in the allow-list); DESIGN.md §9.
+# A CURVE handshake refused by the broker (key not in the allow-list); docs/protocol.md.
 PEER_REFUSED: Final = "lea:peer_refused"
 WORKER_REFUSED: Final = "lea:worker_refused"
 """A READY the broker refused: a peer authenticated (CURVE) as M may serve ``agent.M`` only, and

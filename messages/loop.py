@@ -1,4 +1,4 @@
-"""Loop-detector conversation: dispatcher ↔ ``loop_detector`` (spec/01 §5, DESIGN.md §5).
+"""Loop-detector conversation: dispatcher ↔ ``loop_detector`` (docs/screens-and-pauses.md).
 
 After every report of a replay, before dispatching its next action, the dispatcher sends an
 :class:`ObserveStep` and gets a :class:`LoopVerdict`; when the replay ends it sends a
@@ -16,7 +16,7 @@ from messages.dispatch import ActionSite
 from messages.workflow import ActionType
 
 LOOP_DETECTED: Final = "loop_detected"
-"""The ``reason`` of a positive verdict, and the replay's ``pause_reason`` (spec/01 §5.1)."""
+"""The ``reason`` of a positive verdict, and the replay's ``pause_reason`` (origin: spec 01)."""
 
 Signal = Literal["screen_static", "action_repeat", "retry_threshold"]
 
@@ -62,7 +62,7 @@ class ObserveStep(Message, type_name="loop.observe"):
 
 
 class LoopVerdict(Message, type_name="loop.verdict"):
-    """``{detected, reason, signal, evidence}`` (spec/01 §5.1); one positive signal suffices."""
+    """``{detected, reason, signal, evidence}``; one positive signal suffices."""
 
     detected: bool
     reason: str = ""

@@ -1,5 +1,5 @@
 """Monitor conversation: agent → monitor_router (heartbeats), dispatcher → monitor_router
-(resolve). Spec/01 §4, DESIGN §5-6.
+(resolve). docs/screens-and-pauses.md.
 
 How ``idx`` is numbered (one rule, on every agent, see :mod:`agent.screen.geometry`): the
 primary monitor first, then the others left to right, then top to bottom. It never depends

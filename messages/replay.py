@@ -77,7 +77,7 @@ class ReplaySummary(Message):
     pause_reason: str | None = None
     pause_message: str | None = None
     safety_checks: list[SafetyCheck] = Field(default_factory=list)
-    # The last pause's acknowledgement: {ids, operator, at} (spec/03 §8.3).
+    # The last pause's acknowledgement: {ids, operator, at} (docs/architecture.md).
     checks_acknowledged: dict[str, Any] | None = None
     counters: dict[str, int] = Field(default_factory=dict)
     created_at: float

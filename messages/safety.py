@@ -1,4 +1,5 @@
-"""Safety-checks conversation: dispatcher → ``safety_checks`` (spec/01 §6).
+"""Safety-checks conversation: dispatcher → ``safety_checks``
+(docs/screens-and-pauses.md).
 
 Before a replay pauses at a ``pause_for_human``, the dispatcher asks for the checklist the
 person must see: :class:`BuildPausePayload` is answered by :class:`PausePayload` (or an
@@ -17,7 +18,7 @@ from messages.monitor import Monitor
 from messages.replay import Mode, SafetyCheck
 from messages.workflow import Action, SafetyLevel
 
-PAUSE_REASON: Literal["user_request"] = "user_request"  # spec/03 §8.1, a pause_for_human
+PAUSE_REASON: Literal["user_request"] = "user_request"  # a pause_for_human
 
 # Why no contextual check came from the LLM (``lea:safety_checks_llm_failed`` ``cause``).
 LlmCause = Literal[

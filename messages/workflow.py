@@ -1,4 +1,5 @@
-"""The workflow DSL: a workflow is a JSON file holding a list of actions (spec/03 §4.1)."""
+"""The workflow DSL: a workflow is a JSON file holding a list of actions
+(``run.py workflow schema``; docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ ActionType = Literal[
     "verify_screen", "pause_for_human",
 ]
 
-# Types whose double execution has side effects (DESIGN.md §4, D2): an orphan given up on
+# Types whose double execution has side effects (docs/architecture.md): an orphan given up on
 # one of these pauses the replay; the others are logged and the replay goes on.
 CRITICAL_TYPES: frozenset[str] = frozenset(
     {"click", "double_click", "right_click", "type", "key_combo"}
@@ -81,7 +82,7 @@ SafetyLevel = Literal["standard", "medical_critical"]
 
 
 class DeclaredCheck(_Strict):
-    """One check of ``pause_for_human.parameters.safety_checks`` (spec/01 §6.1).
+    """One check of ``pause_for_human.parameters.safety_checks`` (docs/screens-and-pauses.md).
 
     ``required`` must be a real boolean: ``"false"`` silently turning a check optional (or
     the reverse) is not something a checklist may guess."""
@@ -99,8 +100,8 @@ class DeclaredCheck(_Strict):
 
 
 class PauseSafety(BaseModel):
-    """The optional safety fields of a pause_for_human's parameters (spec/01 §6.1); its other
-    parameters (``message``, ...) are not looked at here."""
+    """The optional safety fields of a pause_for_human's parameters (docs/screens-and-pauses.md);
+    its other parameters (``message``, ...) are not looked at here."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -181,7 +182,7 @@ class Action(_Strict):
 
 class SetupSpec(_Strict):
     """Open the application the workflow needs first, through the Start menu, with the
-    guarded chain of spec/04 (workflow/setup_chain.py): the dispatcher puts those steps in
+    guarded chain of workflow/setup_chain.py: the dispatcher puts those steps in
     front of the workflow's own when the replay starts."""
 
     app_name: str = Field(min_length=1, max_length=200)
@@ -198,7 +199,7 @@ class Workflow(_Strict):
     workflow_id: str = Field(pattern=ACTION_ID.pattern)
     name: str = ""
     description: str = ""
-    setup: SetupSpec | None = None  # steps generated before the actions (spec/04)
+    setup: SetupSpec | None = None  # steps generated before the actions (setup_chain.py)
     actions: list[Action] = Field(min_length=1, max_length=10_000)
 
     @model_validator(mode="after")

@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     request_expiry_s: float = Field(30.0, gt=0)
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     log_level: str = "INFO"
-    # Supervision (DESIGN.md §7).
+    # Supervision (docs/architecture.md, "Processes").
     supervisor_strategy: str = Field(
         "one_for_one", pattern="^(one_for_one|rest_for_one|one_for_all)$"
     )
@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     restart_period_s: float = Field(30.0, gt=0)
     shutdown_timeout_s: float = Field(5.0, gt=0)
     beacon_timeout_s: float = Field(3.0, gt=0)
-    # CURVE (DESIGN.md §9): a second MDP listener for agents outside, with an allow-list of
+    # CURVE (docs/protocol.md): a second MDP listener for agents outside, with an allow-list of
     # their public keys; the loopback mdp_endpoint stays as it is for the local actors.
     curve: bool = False
     curve_endpoint: str = "tcp://0.0.0.0:5558"

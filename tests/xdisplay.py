@@ -5,7 +5,7 @@ returning that factory) starts Xvfb on a free display number (``-displayfd``: pa
 never collide), declares one RandR 1.5 monitor per tuple with xrandr (the first is the
 primary) and returns the DISPLAY string. ``window_manager=True`` also starts openbox, which
 the active-window title needs (``_NET_ACTIVE_WINDOW``). Everything is stopped at teardown.
-Recipe and pitfalls: /work/shared/notes/display-facts.md. X11 has no negative origins: the
+X11 has no negative origins: the
 root window starts at (0, 0), so a monitor left of the primary is at x=0 and the primary
 further right; negative origins (Windows) are covered by unit tests.
 

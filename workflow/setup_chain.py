@@ -1,4 +1,5 @@
-"""The Windows setup chain: open an application through the Start menu, guarded (spec/04).
+"""The Windows setup chain: open an application through the Start menu, guarded
+(docs/screens-and-pauses.md).
 
 Before a recorded workflow replays, the application it needs is opened the way a person
 would: Start menu, search, type the name, click the result. Each transition is guarded by
@@ -17,7 +18,7 @@ mode takes over (agent/executors/window_guard.py).
 ``direct_typing`` leaves out 4 and 6 (typing goes straight into the Start menu search).
 The final check exists only when the application's window title is known. Every step
 carries ``parameters._setup_phase``: its clicks are not judged by a screen change, the
-guards decide (spec/04 §3.3). Guards wait at most 2 s for their title.
+guards decide. Guards wait at most 2 s for their title.
 """
 
 from __future__ import annotations

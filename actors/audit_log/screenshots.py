@@ -47,8 +47,7 @@ class ScreenshotFiles:
         """Store each image durably (once); returns digest → size of each.
 
         The files are written and fsync'ed on a few threads at once: the file system then
-        commits them together (40 files of 30 KiB: ~250 ms one after the other, ~20 ms
-        at once, on this machine's disk).
+        commits them together, where one after the other each waits for its own flush.
         """
         stored: dict[str, int] = {}
         todo: list[tuple[Path, bytes]] = []

@@ -1,1 +1,2 @@
-"""The dispatcher actor: replays, queues, in-flight actions and the state machine of spec/03."""
+"""The dispatcher actor: replays, queues, in-flight actions and the state machine of
+docs/architecture.md."""

@@ -1,4 +1,4 @@
-"""The dispatcher's audit records as audit_log stores them (DESIGN.md §8).
+"""The dispatcher's audit records as audit_log stores them (docs/architecture.md).
 
 Every AuditRecord effect is committed in the outbox with the decision that made it; the
 shared :class:`audit_outbox.sender.AuditSender` sends them from there, under the record id

@@ -3,12 +3,15 @@
 Three consultations hold a replay (``ReplayState.awaiting``) until answered or timed out:
 
 - ``route``: before a screen action is dispatched, the monitor router says on which monitor
-  (spec/01 §4); no answer in time → the composite, as an agent without geometry would do.
-- ``payload``: at a pause_for_human, the safety_checks actor builds the checklist (spec/01
-  §6); no answer → the declared checks, built here by the same function it uses.
-- ``loop``: after a report, the loop detector's verdict (spec/01 §5); no answer → the replay
-  goes on (the miss is an event). Pipelined: the next step is dispatched meanwhile and only
-  its input waits for the verdict (consult_inputs.py); sent in batches (loop_batch.py).
+  (docs/screens-and-pauses.md); no answer in time → the composite, as an agent without
+  geometry would do.
+- ``payload``: at a pause_for_human, the safety_checks actor builds the checklist
+  (docs/screens-and-pauses.md); no answer → the declared checks, built here by the same
+  function it uses.
+- ``loop``: after a report, the loop detector's verdict (docs/screens-and-pauses.md); no
+  answer → the replay goes on (the miss is an event). Pipelined: the next step is dispatched
+  meanwhile and only its input waits for the verdict (consult_inputs.py); sent in batches
+  (loop_batch.py).
 
 An answer names its consultation by token: one that arrives after the replay moved on (a
 pause, a cancel, a restart that asked again) is stale and changes nothing. The functions
@@ -105,7 +108,7 @@ def _retries_done(r: ReplayState, base: str, success: bool) -> int:
     A failure consulted about has just had its next retry scheduled (the budget counts it):
     that one has not run. So with the defaults (3 and 3) the detector's retry_threshold
     would fire on the report of the third retry, where the dispatcher has already paused
-    with the more precise target_not_found (spec/03 case e); it is the safety net of a
+    with the more precise target_not_found (docs/architecture.md); it is the safety net of a
     larger MAX_RETRIES_PER_ACTION.
     """
     scheduled = r.retry_budget.get(base, 0)

@@ -1,11 +1,11 @@
-"""The dispatcher's pure core: the action state machine of spec/03 (DESIGN.md §4).
+"""The dispatcher's pure core: the action state machine (docs/architecture.md).
 
 Every public method takes one input and the current time and returns a :class:`Decision`
 (reply, effects, changed replay ids). No sockets, no clock, no uuid: ``now`` is given and
 ids come from ``new_id``. The shell persists the changed replays and the effects in one
 transaction, then performs the effects.
 
-Decisions (see also DESIGN.md §4):
+Decisions (see also docs/architecture.md, "The life of an action"):
 
 - One action in flight per session. Replays of one session run one after the other in
   start order: a later one stays ``running`` with nothing dispatched until every earlier one
@@ -145,7 +145,7 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
             return Decision(ErrorReply(code="required_checks_missing", message=(
                 "every required check must be acknowledged"), detail={"missing": missing}))
         if required and not (msg.operator or "").strip():
-            # An acknowledgement is a person's word: the trail must say whose (issue 15).
+            # An acknowledgement is a person's word: the trail must say whose.
             return Decision(ErrorReply(code="operator_required", message=(
                 "this pause has required checks: the person acknowledging them must be "
                 "named (operator)"), detail={"required": required}))
@@ -249,7 +249,7 @@ class DispatcherCore(WatchdogInputs, ConsultInputs):
         if sender_machine != msg.machine_id or (expected is not None and (
                 sender_machine != expected or msg.machine_id != expected)):
             # Only the worker the action was sent to may report it, and no agent for another
-            # (an authenticated sender is not the body's machine_id; DESIGN.md §9).
+            # (an authenticated sender is not the body's machine_id; docs/protocol.md).
             tx.effects.append(RecordReport(msg, "refused", sender_machine, now))
             tx.audit("report_refused", replay_id=msg.replay_id, action_id=msg.action_id,
                      attempt_id=msg.attempt_id, sender_machine=sender_machine,

@@ -1,4 +1,5 @@
-"""Invariants of spec/03 §2 (I1-I6) and of our ordering, checked over the core's state.
+"""Invariants I1-I6 (docs/architecture.md; origin: spec 03) and of our ordering, checked over the
+core's state.
 
 Explicit ``raise`` rather than ``assert`` so that ``python -O`` does not silence them.
 """

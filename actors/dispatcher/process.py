@@ -8,10 +8,10 @@ performed (docs/durability.md): nothing leaves before the state that explains it
 A crash between commit and perform re-performs the pending outbox at start (receivers
 dedupe), and re-sends the in-flight actions with new attempt ids.
 
-Who sent a request (DESIGN.md §9): an agent that came in with CURVE is known by the identity
-the broker authenticated (``Incoming.identity``); it may only report, claim, tell progress and
-say hello, each for its own machine, and anything else it asks (a replay control command) is
-refused ``forbidden`` (agents report; people control). Every refusal is an audit record.
+Who sent a request (docs/protocol.md, "CURVE and identity"): an agent that came in with CURVE is
+known by the identity the broker authenticated (``Incoming.identity``); it may only report, claim,
+tell progress and say hello, each for its own machine, and anything else it asks (a replay control
+command) is refused ``forbidden`` (agents report; people control). Every refusal is an audit record.
 Without CURVE (loopback, SSH tunnel) nothing tells peers apart: the body's ``machine_id``
 stands for the sender, and local peers are trusted operators.
 """
@@ -80,8 +80,8 @@ _C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
 # crash before that only sends their records again, which audit_log stores once.
 _FLUSH_SENT_S = 0.2
 # Track / Untrack go to the watchdog together in one TrackBatch this often, not as two round
-# trips per step (those were ~40% of the tree's CPU per step, bench/turnaround.py): its
-# timers run for tens of seconds.
+# trips per step (a large share of the tree's work per step: bench/turnaround.py measures
+# it): its timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
 DISK_FAILURE_EXIT = 75
 """Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
@@ -99,7 +99,8 @@ _REFUSAL_FIELDS = ("replay_id", "machine_id", "action_id", "attempt_id", "operat
 
 
 class DispatcherActor(Actor):
-    """Owns replays, their queues and in-flight actions, and the state machine of spec/03."""
+    """Owns replays, their queues and in-flight actions, and the state machine of
+    docs/architecture.md."""
 
     service = "dispatcher"
     # Requests answered in one turn share one fsync; the broker gives a connection its next
@@ -301,7 +302,7 @@ class DispatcherActor(Actor):
                 self._underway.pop(effect.attempt_id, None)
         elif isinstance(effect, SendToAgent):
             # No transport retry: a lost dispatch is the watchdog's and the hello's business,
-            # and each resend must carry a new attempt_id (spec/03 §4.3). Waited for as long
+            # and each resend must carry a new attempt_id (docs/architecture.md). Waited for as long
             # as the broker may still deliver it (it keeps a request request_expiry_s).
             attempt = effect.message.attempt_id
             self._underway[attempt] = None

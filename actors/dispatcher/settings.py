@@ -18,7 +18,7 @@ PAYLOAD_MARGIN_S = 2.0
 
 
 class LoopSwitch(BaseSettings):
-    """``RPA_LOOP_DETECTOR_ENABLED`` (spec/01 §5.5) and how long a verdict may take."""
+    """``RPA_LOOP_DETECTOR_ENABLED`` (docs/operations.md) and how long a verdict may take."""
 
     model_config = SettingsConfigDict(env_prefix="RPA_LOOP_DETECTOR_", frozen=True)
 

@@ -24,12 +24,12 @@ PAUSED: Literal["paused_need_help"] = "paused_need_help"
 class DispatcherConfig:
     """Business limits of the core (the watchdog's timers live in the watchdog)."""
 
-    max_retries_per_action: int = 3  # spec/03 §7 MAX_RETRIES_PER_ACTION
+    max_retries_per_action: int = 3  # MAX_RETRIES_PER_ACTION (origin: spec 03)
     dead_client_count: int = 2  # give-ups ...
     dead_client_period_s: float = 60.0  # ... within this period on one session pause it
     max_finished_replays: int = 1000  # finished replays kept in memory for status queries
     # Other actors consulted on a replay's way (consult.py); off here so that the core alone
-    # runs as spec/03 describes; the process turns them on from the environment.
+    # runs as docs/architecture.md describes; the process turns them on from the environment.
     loop_detector: bool = False  # RPA_LOOP_DETECTOR_ENABLED: a verdict after every report
     monitor_router: bool = False  # a monitor resolution before every screen action
     safety_checks: bool = False  # the pause payload (checks) from the safety_checks actor
@@ -50,7 +50,7 @@ class Resolution(NamedTuple):
 
 @dataclass(slots=True)
 class InFlightEntry:
-    """The one action of a replay waiting for its report (spec/03 §2 DISPATCHED)."""
+    """The one action of a replay waiting for its report (DISPATCHED in docs/architecture.md)."""
 
     action: Action
     attempt_id: str

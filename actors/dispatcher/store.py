@@ -90,7 +90,8 @@ OUTBOX_EFFECTS = (AuditRecord,)
 crash. The others are derived again from the committed state: the in-flight actions are
 re-sent at start (new attempt ids, with their watchdog tracking), the watchdog asks about
 attempts it holds and is told "stale" for finished ones, and bus events are for watching
-only (DESIGN.md §3). Writing them too cost 5 inserts a step (bench/throughput.py)."""
+only (docs/protocol.md, "The event bus"); writing them too would cost inserts on every
+step (bench/throughput.py)."""
 
 
 def _pack(obj: Any) -> bytes:

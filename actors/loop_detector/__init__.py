@@ -1,1 +1,2 @@
-"""The loop_detector actor: notices an agent going round in circles (spec/01 §5)."""
+"""The loop_detector actor: notices an agent going round in circles
+(docs/screens-and-pauses.md)."""

@@ -1,6 +1,6 @@
 """The ``clip`` embedder: open-clip-torch on a local checkpoint, as "same kind of screen".
 
-Why CLIP never decides "nothing changed" on its own (shared/notes/ml-facts.md): a global
+Why CLIP never decides "nothing changed" on its own (docs/screens-and-pauses.md): a global
 embedding of a 1920x1080 screen does not see ten characters typed into a field (cosine
 1 - 1.5e-6 with ViT-B-32) nor a small sidebar change (exactly 1.0). A cosine threshold on
 it would pause a working agent. So with ``clip``, signal A still needs the pixel measure to

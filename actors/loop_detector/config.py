@@ -1,4 +1,5 @@
-"""The loop detector's settings: the env vars of spec/01 §5.5 and ours, with their defaults.
+"""The loop detector's settings: the origin spec's env vars and ours
+(docs/operations.md), with their defaults.
 
 A value that does not validate is ignored with a warning (its default applies): a typo in
 a tuning knob must not stop the actor that keeps a stuck agent from going on.
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 EmbedderChoice = Literal["pixel", "clip", "auto"]
 
 ENV: dict[str, str] = {
-    # spec/01 §5.5
+    # The origin spec's names (spec 01).
     "enabled": "RPA_LOOP_DETECTOR_ENABLED",
     "screen_static_threshold": "RPA_LOOP_SCREEN_STATIC_THRESHOLD",
     "screen_static_n": "RPA_LOOP_SCREEN_STATIC_N",

@@ -1,4 +1,5 @@
-"""The loop detector's decisions: three signals over bounded per-replay rings (spec/01 §5).
+"""The loop detector's decisions: three signals over bounded per-replay rings
+(docs/screens-and-pauses.md).
 
 - A ``screen_static``: ``RPA_LOOP_SCREEN_STATIC_N`` captures in a row with no progress
   between them, judged first where each action acted (site.py, screen_history.py; with

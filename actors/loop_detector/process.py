@@ -6,9 +6,9 @@ loads the CLIP model on a thread (importing torch and loading a checkpoint takes
 the loop keeps serving and beating meanwhile: screen_static works on the pixel measure
 alone until the model is ready), and publishes what the core reports. Observations with a
 screenshot run on one worker thread (``Actor.defer``), in order: decoding a PNG and a CLIP
-embedding take 10-150 ms, during which the loop goes on answering heartbeats. The others
-(and ``loop.forget``) take microseconds and are answered on the loop, unless a request of
-the same replay still waits on the worker.
+embedding take long, during which the loop goes on answering heartbeats. The others (and
+``loop.forget``) are quick and are answered on the loop, unless a request of the same
+replay still waits on the worker.
 
 One worker of this service holds the rings of the replays it observed: run one per tree.
 """
@@ -37,7 +37,7 @@ DISABLED = LoopVerdict(detected=False, evidence={"enabled": False})
 
 
 class LoopDetectorActor(Actor):
-    """Notices an agent going round in circles (spec/01 §5)."""
+    """Notices an agent going round in circles (docs/screens-and-pauses.md)."""
 
     service = "loop_detector"
     deferred_workers = 1  # one observation at a time, in the order received

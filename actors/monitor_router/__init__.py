@@ -1,1 +1,2 @@
-"""The monitor_router actor: resolves which monitor of an agent an action targets (spec/01 §4)."""
+"""The monitor_router actor: resolves which monitor of an agent an action targets
+(docs/screens-and-pauses.md)."""

@@ -1,4 +1,5 @@
-"""Which monitor of an agent an action runs on (spec/01 §4.1-4.3): pure, no sockets, no clock.
+"""Which monitor of an agent an action runs on (docs/screens-and-pauses.md): pure, no sockets, no
+clock.
 
 The cascade, for one action and the agent's last heartbeat:
 

@@ -35,7 +35,7 @@ def _machine(msg: Any) -> str:
 
 
 class MonitorRouterActor(Actor):
-    """Resolves which monitor of an agent an action targets (spec/01 §4)."""
+    """Resolves which monitor of an agent an action targets (docs/screens-and-pauses.md)."""
 
     service = "monitor_router"
     # An agent (authenticated with CURVE) sends its own screen's heartbeats, nothing else.

@@ -1,4 +1,4 @@
-"""The checklist of a pause (spec/01 §6), as a function of its inputs.
+"""The checklist of a pause (docs/screens-and-pauses.md), as a function of its inputs.
 
 Declarative checks always; on ``safety_level: medical_critical`` with the LLM layer enabled,
 up to ``RPA_SAFETY_CHECKS_LLM_MAX_CHECKS`` contextual checks from the local model, which are
@@ -42,7 +42,8 @@ MIN_CALL_S = 0.05
 
 
 class SafetyChecksConfig(BaseSettings):
-    """The spec's env vars (spec/01 §6.6), names and defaults kept; fail mode is ours."""
+    """The origin spec's env vars, names and defaults kept (docs/operations.md); fail mode is
+    ours."""
 
     model_config = SettingsConfigDict(env_prefix="RPA_SAFETY_CHECKS_", frozen=True,
                                       populate_by_name=True)
@@ -142,7 +143,7 @@ def _free_id(wanted: str, taken: set[str]) -> str:
 
 def events_for(request: BuildPausePayload, payload: PausePayload
                ) -> list[tuple[str, dict[str, Any]]]:
-    """The bus events of one answered request (spec/01 §6.4, §3 principle 6)."""
+    """The bus events of one answered request (docs/operations.md, "Events")."""
     who = {"replay_id": request.replay_id, "session_id": request.session_id,
            "machine_id": request.machine_id, "action_id": request.action.action_id}
     out: list[tuple[str, dict[str, Any]]] = []

@@ -1,4 +1,5 @@
-"""The safety_checks actor process: answers BuildPausePayload (spec/01 §6).
+"""The safety_checks actor process: answers BuildPausePayload
+(docs/screens-and-pauses.md).
 
 A pause that calls the local model may take up to RPA_SAFETY_CHECKS_LLM_TIMEOUT_S; that call
 runs on a worker thread (:meth:`Actor.defer`) so heartbeats and other requests go on. The

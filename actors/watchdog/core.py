@@ -1,4 +1,4 @@
-"""The watchdog's decisions (spec/03 §7), pure: which in-flight actions are orphans, and
+"""The watchdog's decisions (docs/architecture.md), pure: which in-flight actions are orphans, and
 whether to ask the dispatcher to resend them or to give up. Time is passed in."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from messages.dispatch import InFlight, OrphanGiveUp, OrphanResend
 
 
 class WatchdogConfig(BaseSettings):
-    """The spec's env vars, names and defaults kept (DESIGN.md §4: 45 s over 30 s)."""
+    """The origin spec's env vars, names and defaults kept but 45 s (docs/operations.md)."""
 
     model_config = SettingsConfigDict(env_prefix="RPA_WATCHDOG_", frozen=True)
 
@@ -24,7 +24,7 @@ class WatchdogConfig(BaseSettings):
     repush_position: Literal["head"] = "head"
     """Where an orphan goes back in its replay's queue. Only ``head``: at the tail, later
     steps would run before the one that got no answer (one action in flight per session,
-    in order, spec/03 §5); ``tail`` is refused at start rather than read and ignored."""
+    in order, docs/architecture.md); ``tail`` is refused at start rather than read and ignored."""
 
     @field_validator("repush_position", mode="before")
     @classmethod
@@ -100,7 +100,8 @@ class WatchdogCore:
             self._timers[key].asked_at = None
 
     def scan(self, now: float) -> list[OrphanResend | OrphanGiveUp]:
-        """The questions to ask the dispatcher now (spec/03 §2: ORPHAN → resend or give up)."""
+        """The questions to ask the dispatcher now (docs/architecture.md: an orphan is resent or
+        given up)."""
         if not self.config.enabled:
             return []
         questions: list[OrphanResend | OrphanGiveUp] = []

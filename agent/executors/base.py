@@ -18,7 +18,7 @@ from messages.workflow import TargetSpec
 
 @dataclass(frozen=True, slots=True)
 class ActionOutcome:
-    """The executor's share of an :class:`~messages.dispatch.ActionReport` (spec/03 §4.2).
+    """The executor's share of an :class:`~messages.dispatch.ActionReport` (docs/protocol.md).
 
     Screenshots are PNG bytes; msgpack carries them as binary (no base64 on the wire).
     """

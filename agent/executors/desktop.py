@@ -9,8 +9,9 @@ that is not found is never clicked somewhere else: ``target_not_found``.
 Reports carry ``screenshot_before`` / ``screenshot_after`` of the area (desktop_frames.py),
 ``actual_position`` (``x_pct / y_pct`` of the area, plus absolute ``x, y``), the resolution
 method, score and time, and ``no_screen_change`` when a click changed nothing visible
-(skipped for ``parameters._setup_phase`` steps: their verify_screen guards decide, spec/04
-§3.3). verify_screen title guards and the human-correction mode: window_guard.py.
+(skipped for ``parameters._setup_phase`` steps: their verify_screen guards decide,
+docs/screens-and-pauses.md). verify_screen title guards and the human-correction mode:
+window_guard.py.
 
 Safety: pyautogui's fail-safe stays on. A person who pushes the mouse into a screen corner
 stops the current action; it is reported as ``failsafe_triggered`` with ``needs_human``

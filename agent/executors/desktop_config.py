@@ -3,7 +3,7 @@
 =====================================  =======  ===============================================
 variable                               default  meaning
 =====================================  =======  ===============================================
-RPA_HUMAN_CORRECTION_TIMEOUT_S         120      spec/04 human-correction mode: how long a
+RPA_HUMAN_CORRECTION_TIMEOUT_S         120      human-correction mode: how long a
                                                 window-title guard waits for the person to
                                                 bring up the expected window
 LEA_DESKTOP_SCREENSHOT_FORMAT          jpeg     ``jpeg`` or ``png`` (report screenshots)

@@ -1,6 +1,6 @@
 """Where an action applies on the real desktop: which monitor, then which pixel.
 
-Monitor (``target_area``), obeying the monitor router (spec/01 §4, issue 15):
+Monitor (``target_area``), obeying the monitor router (docs/screens-and-pauses.md):
 
 - the dispatch's ``monitor_resolution`` names a monitor (the recorded one, found again by
   geometry, or the focused one): that monitor;
@@ -125,8 +125,8 @@ def target_area(resolution: MonitorResolution | None, monitor_index: int | None,
 
 def blind_elsewhere(action: Action, area: Area) -> str | None:
     """Why an input must not run on ``area``: the recorded monitor is gone and the router
-    fell back to another screen (the focused one, spec/01 §4.3), where a recorded position
-    would land blind on whatever is there (also as a fallback after an anchor). An anchor
+    fell back to another screen (the focused one, docs/screens-and-pauses.md), where a recorded
+    position would land blind on whatever is there (also as a fallback after an anchor). An anchor
     image alone is looked for there (it is found or not: never a blind click); keys and
     typing without a target go to the focus wherever it is."""
     if area.reason != "recorded_monitor_unavailable" or action.type not in INPUT_TYPES:

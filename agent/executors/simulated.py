@@ -325,7 +325,8 @@ class SimulatedExecutor:
         if action.type == "wait":
             self._sleep(int(p["duration_ms"]) / 1000.0)
             return ActionOutcome(success=True)
-        # verify_screen: an observation, not an input (spec/04 §3.2 window-title guard).
+        # verify_screen: an observation, not an input (a window-title guard,
+        # docs/screens-and-pauses.md).
         duration = p.get("duration_ms")
         if isinstance(duration, int) and not isinstance(duration, bool) and duration > 0:
             self._sleep(duration / 1000.0)
@@ -334,8 +335,8 @@ class SimulatedExecutor:
         if isinstance(patterns, str):
             patterns = [patterns]
         if patterns and not desk.title_matches([str(x) for x in patterns]):
-            # No person to correct it in the simulation: the human-correction mode of
-            # spec/04 ends as its timeout does, in a supervised pause.
+            # No person to correct it in the simulation: the human-correction mode
+            # ends as its timeout does, in a supervised pause.
             return ActionOutcome.failure(
                 "window_title_mismatch", warning="setup_guard_window_mismatch",
                 needs_human=True,

@@ -1,4 +1,5 @@
-"""verify_screen window-title guards and the human-correction mode (spec/04 §3.2).
+"""verify_screen window-title guards and the human-correction mode
+(docs/screens-and-pauses.md).
 
 A guard names the window that must be in front (``expected_window_title_contains``: any of
 the patterns, case-insensitive substring). It polls the active window's title for a short

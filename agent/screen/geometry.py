@@ -9,7 +9,7 @@ has a negative origin on Windows (X11 origins are never negative).
 Sources: screeninfo (the spec's), mss as cross-check and fallback (it also knows the primary
 and connector names screeninfo leaves out on X11), and on X11 the RandR 1.5 monitor names.
 When nothing works (no display, library missing) the list is ``[]``, one warning is logged,
-and the router falls back to the composite, as spec/01 §4.3 says.
+and the router falls back to the composite (docs/screens-and-pauses.md).
 
 Windows DPI: :func:`ensure_dpi_awareness` makes the process per-monitor DPI aware so that
 screeninfo, mss and input all speak physical pixels on mixed-DPI setups. It must run before

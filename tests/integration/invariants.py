@@ -1,4 +1,4 @@
-"""The server invariants of spec/03 §2 (I1-I6), checked from outside on a running system:
+"""The server invariants I1-I6 (docs/architecture.md), checked from outside on a running system:
 through ``replay.status`` and ``ListInFlight`` only, plus requests any peer could send.
 
 Each failure names its invariant. The static ones are checked on a consistent snapshot

@@ -1,4 +1,4 @@
-"""A throwaway OpenSSH server on 127.0.0.1 for the tunnel tests (notes/zeromq-facts.md).
+"""A throwaway OpenSSH server on 127.0.0.1 for the tunnel tests (docs/protocol.md).
 
 Its own config, host key, client key, authorized_keys and known_hosts, all under the test's
 tmp directory; it lets the client forward to one port only (the broker's). Debian packages:

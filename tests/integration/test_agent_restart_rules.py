@@ -1,5 +1,5 @@
 """What an agent's (re)start does to the replay, through the real tree and real agents
-(issue 15): an action without input cut by a kill -9 runs again (only input actions are
+(docs/architecture.md): an action without input cut by a kill -9 runs again (only input actions are
 indeterminate and ask a person), and an agent started after its replay is given the step
 once — its hello never makes the dispatcher re-send what is already in its hands."""
 
@@ -36,7 +36,7 @@ def test_a_wait_cut_by_an_agent_restart_runs_again(spawn: Spawn, lea_env: dict[s
 
 def test_a_replay_started_before_its_agent_is_sent_once(spawn: Spawn, lea_env: dict[str, str],
                                                         tmp_path: Path) -> None:
-    """The first step waits in the broker for the agent (spec/03 case a's other side); the
+    """The first step waits in the broker for the agent (edge case a's other side); the
     agent's first hello, sent when it connects, must not make the dispatcher send it again:
     zero resends, nothing re-delivered while in progress, each step performed once. (The
     watchdog is held off: its orphan resend after 3 s would be a resend for a reason.)"""

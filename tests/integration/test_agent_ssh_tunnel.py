@@ -1,7 +1,7 @@
 """Issue 7 item 4: an agent that reaches the broker through its own SSH tunnel.
 
 A real sshd on 127.0.0.1 (tests/integration/sshd.py) lets the agent forward to the broker's
-CURVE port only (inside the tunnel the agent speaks CURVE with its own key: issue 15); the
+CURVE port only (inside the tunnel the agent speaks CURVE with its own key); the
 broker stays on loopback. The agent runs ``ssh -N -L`` itself; the test kills
 that ssh (kill -9) twice in the middle of a replay: the agent starts it again, its sockets
 reconnect, and the replay completes with every input performed exactly once.

@@ -1,4 +1,4 @@
-"""Nothing lost on the way to the audit trail (issue 7 item 2), with real processes.
+"""Nothing lost on the way to the audit trail (docs/architecture.md), with real processes.
 
 A simulated agent replays a long workflow under ``python run.py`` while audit_log is
 kill -9'd every 2-4 s (or the dispatcher is killed mid-replay). Once audit_log is back and

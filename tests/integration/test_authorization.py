@@ -1,5 +1,5 @@
 """Issue 7 item 6: with CURVE, an agent is known by the key it came with, and can do no more
-than its own machine's work (DESIGN.md §9).
+than its own machine's work (docs/protocol.md).
 
 Each test runs a CURVE tree whose allow-list has ``victim`` and ``rogue``. A rogue that
 registers as ``agent.victim`` is refused by the broker; one that reports for the victim's

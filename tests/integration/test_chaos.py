@@ -1,4 +1,4 @@
-"""Chaos test of the transport contract (spec/03, DESIGN.md §4): sessions of simulated agents
+"""Chaos test of the transport contract (docs/architecture.md): sessions of simulated agents
 replay workflows while a random child of the tree (the broker or an actor) is kill -9'd every
 ~2 s and agents are restarted under them (kill -9 or SIGTERM; now and then left down a few
 seconds: orphans, resends, copies queued in the broker). Once it is quiet, no step was lost

@@ -315,7 +315,7 @@ def test_bad_input_gets_a_clear_4xx_and_harms_nothing(
         refused = error_of(c.post(resume, json={
             "acknowledged_check_ids": ["chk_a"]}), 400,
             "required_checks_missing")
-        assert refused["missing"] == ["chk_b"]  # spec/01 §6.2's body
+        assert refused["missing"] == ["chk_b"]  # the origin spec's body
         error_of(c.post(resume, json={"acknowledged_check_ids": [
             "chk_a", "chk_b", "chk_z"]}), 400, "unknown_check_ids")
         assert system.status(replay_id).status == PAUSED  # nothing half-applied

@@ -262,7 +262,7 @@ def test_unknown_key_is_refused_before_any_input(executor: Any, target: Target,
     effects.close()
 
 
-# verify_screen guards (spec/04) -------------------------------------------------------------
+# verify_screen guards --------------------------------------------------------------------
 
 def test_title_guard_matches_case_insensitively(executor: Any, target: Target) -> None:
     outcome = run(executor, type="verify_screen", parameters={

@@ -1,4 +1,4 @@
-"""Fuzzing through the broker (issue 7): generated requests to every service of a real tree.
+"""Fuzzing through the broker: generated requests to every service of a real tree.
 
 The in-process fuzz (tests/unit/test_fuzz_handlers.py) is where the numbers are; this is the
 same kind of inputs (tests/fuzzing.py) sent as a client would send them, through the broker,

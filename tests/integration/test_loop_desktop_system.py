@@ -7,7 +7,7 @@ on). The workflow clicks a button, then types. When the button does nothing (``V
 the typing goes nowhere and the screen changes only where the clock is: the replay pauses
 ``loop_detected`` within N=4 captures, its message naming the signal and what it saw.
 When the button opens a dialog (``Ouvrir la fiche``) the typing fills it: the replay
-completes without a pause (issue 14).
+completes without a pause.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A looping agent is stopped; a working one never is (spec/02 Task 17, issue 5).
+"""A looping agent is stopped; a working one never is (docs/screens-and-pauses.md).
 
 The whole tree and a simulated agent: the dispatcher shows every report to the loop
 detector, and no input of the next step runs before its verdict. An agent whose inputs
@@ -90,7 +90,7 @@ FAILING = {"actions": {"s1": {"fail": "target_not_found"}}}
 
 def test_retry_threshold_fires_when_set_below_the_dispatchers_retries(
         spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
-    """retry_threshold in the running system (issue 14): with RPA_LOOP_RETRY_THRESHOLD=2 a
+    """retry_threshold in the running system: with RPA_LOOP_RETRY_THRESHOLD=2 a
     step failing again and again pauses ``loop_detected`` on the report of its second retry,
     before the dispatcher's own pause after MAX_RETRIES_PER_ACTION (3)."""
     system = System(spawn, lea_env, tmp_path, {"RPA_LOOP_RETRY_THRESHOLD": "2"})

@@ -1,4 +1,4 @@
-"""Resuming a step given up by the watchdog must not perform it twice (DESIGN.md §4).
+"""Resuming a step given up by the watchdog must not perform it twice (docs/architecture.md).
 
 A given-up click pauses its replay (``orphan_max_resends``): nobody knows whether the agent
 performed it. The person resumes, which dispatches ``{step}_resume``, another action id. The

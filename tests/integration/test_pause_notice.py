@@ -1,5 +1,5 @@
-"""The pause message on the agent (issue 4 item 5): logged in full always, shown in a window
-where a screen exists, never truncated (spec/04 §3.4), once per pause, closed at its end."""
+"""The pause message on the agent (docs/screens-and-pauses.md): logged in full always, shown in a
+window where a screen exists, never truncated, once per pause, closed at its end."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_box_size_grows_with_the_text_and_scrolls_past_the_cap() -> None:
     assert (cols, rows, scroll) == (100, 7, False)
     cols, rows, scroll = text_box_size(LONG_REASON)
     assert (cols, rows, scroll) == (100, 24, True)
-    assert text_box_size("a" * 210)[2]  # from 200 characters on, as spec/04 §3.4
+    assert text_box_size("a" * 210)[2]  # from 200 characters on
 
 
 # The Tk window on a real X display -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Power cuts (issue 19): the server's data directory and the workstations' on PowerFS
+"""Power cuts (docs/durability.md): the server's data directory and the workstations' on PowerFS
 (tests/powerfs.py, validated by test_powerfs.py), which keeps what is not fsync'ed in a cache
 and drops it at a cut. Concurrent replays with real agents; at random moments the power goes
 off on the server (every process of the tree kill -9'd at once, then the disk loses what was

@@ -1,4 +1,4 @@
-"""Resuming a safety pause through the real command (spec/02 Task 22, spec/03 §8.3).
+"""Resuming a safety pause through the real command (docs/architecture.md).
 
 The whole tree, a simulated agent, the example workflow (a medical_critical pause with two
 required checks) and Léa's model answering from a real HTTP server: `python run.py replay

@@ -1,6 +1,6 @@
 """A medical_critical pause end to end: the whole tree (``python run.py``), a simulated agent,
 the example workflow, Léa's model a real HTTP server answering like Ollama; what the person
-sees with ``python run.py replay status`` (spec/01 §6.4)."""
+sees with ``python run.py replay status`` (docs/screens-and-pauses.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Safety rules of issue 15 through the real tree and the real command line: a named person
-acknowledges required checks (``operator_required``), a ``medical_critical`` pause always
-stops for a person (autonomous mode included), ``failed`` means a replay a person ended at a
+"""Safety rules (docs/screens-and-pauses.md) through the real tree and the real command line: a
+named person acknowledges required checks (``operator_required``), a ``medical_critical`` pause
+always stops for a person (autonomous mode included), ``failed`` means a replay a person ended at a
 pause a failure caused, and a setting the tree cannot honour stops it at start."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""spec/03 §2 server invariants I1-I6, asserted by name on the real system (the dispatcher's
-own check of them runs in the unit tests, over its internal state; here only what any peer
-sees: status, the in-flight table, and the answers to reports and watchdog questions)."""
+"""The server invariants I1-I6 (docs/architecture.md), asserted by name on the real system (the
+dispatcher's own check of them runs in the unit tests, over its internal state; here only what any
+peer sees: status, the in-flight table, and the answers to reports and watchdog questions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""spec/03 §5 cases a-e on the real tree (`python run.py`) and real agents (DESIGN.md §4).
+"""The transport contract's edge cases a-e (origin: spec 03 §5; docs/architecture.md) on the
+real tree (`python run.py`) and real agents.
 
 Each test freezes, kills or steers (scenario file) real processes, then checks what they
 left behind: the dispatcher's reports log, the agent's ledger and its effects log, where
@@ -67,7 +68,7 @@ def test_case_b_agent_killed_after_receiving_before_executing(
     """b: the agent received s1 and marked it started on disk, then was killed (kill -9)
     before performing the input (the scenario hangs before the effect).
 
-    Our design differs from spec/03 (which re-executes): the restarted agent cannot know
+    Our design differs from the origin spec (which re-executes): the restarted agent cannot know
     whether the input happened, so it reports s1 ``needs_human`` with error
     ``indeterminate_after_restart`` and the replay pauses; nothing is executed, nothing is
     guessed. A person resumes: ``s1_resume`` runs once and the replay completes. The
@@ -104,8 +105,8 @@ def test_case_c_agent_executes_then_dies_before_reporting(
     """c: the agent performs s1's click, then dies before reporting (scenario crash after
     the effect, like a power cut).
 
-    Expected (DESIGN.md §4, stricter than spec/03's re-dispatch): after the restart s1 is
-    started-but-unfinished in the ledger → reported ``indeterminate_after_restart``, the
+    Expected (docs/architecture.md, stricter than the origin spec's re-dispatch): after the restart
+    s1 is started-but-unfinished in the ledger → reported ``indeterminate_after_restart``, the
     replay pauses for a person; the re-dispatches (hello, watchdog) are answered from the
     ledger, so the effects log holds exactly one line for s1, never two. Watchdog held
     off as in case b.

@@ -1,4 +1,5 @@
-"""spec/03 §5 cases f-k on the real tree (`python run.py`) and real agents (DESIGN.md §4).
+"""The transport contract's edge cases f-k (origin: spec 03 §5; docs/architecture.md) on the
+real tree (`python run.py`) and real agents.
 
 Same approach as test_transport_cases_a_to_e.py: real processes, real signals, and the
 dispatcher's reports log, the agents' ledgers and effects logs as evidence.
@@ -146,7 +147,7 @@ def test_case_i_dispatcher_kill_9_mid_replay(
         spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
     """i: the dispatcher is killed (kill -9) while three replays run on three machines.
 
-    D1 (instead of spec/03's "state lost"): the supervisor restarts it, it reloads every
+    D1 (instead of the origin spec's "state lost"): the supervisor restarts it, it reloads every
     replay from SQLite, re-sends each in-flight action with a new attempt id, and every
     replay continues where it was: every step exactly once, in order, on each machine.
     """
@@ -175,7 +176,7 @@ def test_case_j_two_agents_for_one_machine_and_agents_side_by_side(
     """j: a second agent process starts for a machine that already has one (same data dir),
     while agents of two machines run replays concurrently.
 
-    spec/03 answers concurrent polls with ``server_busy``; here the second process is
+    The origin spec answers concurrent polls with ``server_busy``; here the second process is
     refused at start by the ledger lock (exit 2, a clear message), so only one process ever
     executes for a machine and order is preserved. Two machines run side by side without
     interfering: each performs only its own steps, each once, in order.

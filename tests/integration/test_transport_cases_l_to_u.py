@@ -1,4 +1,5 @@
-"""spec/03 §5 cases l to u on the real system: `python run.py` (broker + actors under the
+"""The transport contract's edge cases l to u (origin: spec 03 §5; docs/architecture.md) on
+the real system: `python run.py` (broker + actors under the
 supervisor), simulated agents as processes, the CLI as a person runs it.
 
 Our transport is ZeroMQ (MDP/0.2), not HTTP polling / SSE: where a case names HTTP
@@ -280,8 +281,8 @@ def test_case_t_idle_agent_stays_registered_through_a_quiet_period(make: Make) -
 
 def test_case_u_report_from_another_machine_is_refused_and_recorded(make: Make) -> None:
     """u (bearer token expired): we have no tokens (loopback, SSH tunnel or CURVE). The
-    nearest rule is DESIGN §9 "a report is accepted only from the worker the action was sent
-    to": a report of M1's in-flight action naming M2 is refused (``wrong_machine``),
+    nearest rule is docs/protocol.md's "a report is accepted only from the worker the action was
+    sent to": a report of M1's in-flight action naming M2 is refused (``wrong_machine``),
     recorded, and changes nothing; M1's own report is then accepted."""
     system = make(**SLOW_WATCHDOG)
     agent = ready_agent(system, "M1", scenario={"actions": {"s0": {"delay_s": 3}}})

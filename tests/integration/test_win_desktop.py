@@ -154,7 +154,7 @@ def test_typing_ascii_and_accents_reaches_the_edit_control(executor: WinExecutor
     assert wait_until(lambda: target.events("text")[-1]["value"] == "Hélène Noë")
 
 
-# The window in front (spec/04 guards; fail closed) -----------------------------------------
+# The window in front (guards; fail closed) -----------------------------------------
 
 def test_title_guard_passes_on_the_right_title_and_pauses_on_a_wrong_one(
         executor: WinExecutor, target: WinTarget) -> None:

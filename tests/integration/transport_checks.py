@@ -1,4 +1,5 @@
-"""Checks shared by the transport-contract tests (spec/03 §5 cases a-k, §3 C1-C5).
+"""Checks shared by the transport-contract tests (edge cases a-k and C1-C5,
+origin: spec 03; docs/architecture.md).
 
 They read what the real processes left behind: the dispatcher's reports log (its SQLite
 store), an agent's on-disk ledger and effects log, its output, and the event bus.
@@ -117,7 +118,7 @@ def wait_ready(system: System, agent: Agent) -> None:
     wait_until(lambda: "dispatcher answered hello" in agent_log(agent), timeout=20)
 
 
-# The client invariants of spec/03 §3 ---------------------------------------------------------
+# The client invariants C1-C5 -----------------------------------------------------------------
 
 def assert_exactly_once(agent: Agent, action_ids: list[str]) -> None:
     """C4 (idempotence): the agent performed exactly these inputs, each once, in this order.

@@ -1,4 +1,4 @@
-"""Who may ask what (DESIGN.md §9), below the processes: the identity in a client address,
+"""Who may ask what (docs/protocol.md), below the processes: the identity in a client address,
 the actors' refusals, the core's refusal of a report that speaks for another machine, and a
 worker that backs off when the broker keeps refusing its READY.
 

@@ -48,7 +48,7 @@ def test_without_resolution_the_action_monitor_else_refused() -> None:
     assert target_area(None, 1, [], DESKTOP).rect == DESKTOP  # monitors unknown: as before
 
 
-# The recorded screen unplugged, a new one now has its number (issue 15).
+# The recorded screen unplugged, a new one now has its number.
 RECORDED = Monitor(idx=1, x=1920, y=0, w=1920, h=1080, name="DELL-P2419")
 RENUMBERED = [Monitor(idx=0, x=0, y=0, w=1920, h=1080, primary=True),
               Monitor(idx=1, x=1920, y=0, w=2560, h=1440, name="LG-27")]

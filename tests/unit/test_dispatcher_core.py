@@ -1,4 +1,5 @@
-"""The dispatcher's pure core through every applicable case a-u of spec/03 §5.
+"""The dispatcher's pure core through every applicable edge case a-u of the
+transport contract (origin: spec 03 §5; docs/architecture.md).
 
 Every transition goes through ``H.do``, which checks the invariants I1-I6 after it.
 Not applicable at the core level: s (reverse-proxy buffering of SSE: we have no HTTP);
@@ -896,7 +897,7 @@ def test_case_t_agent_hello_resends_in_flight_without_using_the_watchdog_budget(
 
 def test_a_hello_does_not_resend_what_is_underway_to_the_agent() -> None:
     """The shell knows a dispatch is on its way, or was received by this agent process:
-    the hello keeps it (issue 15: no resend of what is in the agent's hands)."""
+    the hello keeps it (no resend of what is in the agent's hands)."""
     h = H()
     rid, d0 = h.start(wf("s1", "s2"))
     first = sent(d0)[0]

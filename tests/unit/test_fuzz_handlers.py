@@ -1,4 +1,4 @@
-"""Fuzzing (issue 7): the message decoder and every request handler get generated inputs.
+"""Fuzzing: the message decoder and every request handler get generated inputs.
 
 Inputs are structured (envelopes of every registered type with bodies drawn from the models,
 some broken on purpose; tests/fuzzing.py) and unstructured (random bytes and frames), sent

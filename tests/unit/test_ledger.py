@@ -427,7 +427,7 @@ def test_backoff_is_1_3_7_then_7() -> None:
 
 
 def test_forget_unfinished_removes_a_started_row_only(ledger: Ledger) -> None:
-    """A wait cut by a restart is forgotten so that its next dispatch runs it (issue 15); a
+    """A wait cut by a restart is forgotten so that its next dispatch runs it; a
     finished row is never forgotten (it would then run twice)."""
     cut, done = dispatch("w1", type_="wait"), dispatch("w2", type_="wait")
     ledger.begin(cut)

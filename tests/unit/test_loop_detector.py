@@ -1,4 +1,4 @@
-"""The loop detector's core: the 8 cases of spec/02 Task 13, adapted, and its bounds.
+"""The loop detector's core: the 8 cases of the origin plan, adapted, and its bounds.
 
 Screens are real images (PNG/JPEG bytes) measured by the real pixel embedder. The only
 stand-in is an embedder that raises, as a model running out of memory would.
@@ -68,7 +68,7 @@ class Exploding:
         raise RuntimeError("CUDA out of memory")
 
 
-# The 8 cases of spec/02 Task 13 ------------------------------------------------------------
+# The 8 cases of the origin plan ------------------------------------------------------------
 
 def test_screen_static_triggers_after_n_identical_captures() -> None:
     same = screen("Dupont")
@@ -184,7 +184,7 @@ def test_same_key_three_times_with_focus_moving_is_not_action_repeat() -> None:
 
 
 def test_waits_are_observations_verify_steps_are_not() -> None:
-    """Waiting for a screen that never comes is stuck (issue 14): waits count as captures
+    """Waiting for a screen that never comes is stuck: waits count as captures
     for screen_static, never toward action_repeat; a verify_screen is not judged."""
     same = screen("Dupont")
     waits = [step(i, same, action_type="wait", target=None,

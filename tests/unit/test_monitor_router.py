@@ -1,4 +1,4 @@
-"""The monitor router's cascade (spec/01 §4.1-4.3, spec/02 Task 5, issue 4 item 2)."""
+"""The monitor router's cascade (docs/screens-and-pauses.md)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def topics(routed_events: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return [t for t, _ in routed_events]
 
 
-# The four cases of spec/02 Task 5 --------------------------------------------------------------
+# The four cases of the origin plan ------------------------------------------------------------
 
 def test_resolve_uses_action_monitor_index_when_present() -> None:
     routed = resolve(request(1), screen(TWO_MONITORS, focus=0), NOW, TTL)

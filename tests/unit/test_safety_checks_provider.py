@@ -1,4 +1,4 @@
-"""build_pause_payload (spec/01 §6, spec/02 Task 19), against a real HTTP server on 127.0.0.1
+"""build_pause_payload (docs/screens-and-pauses.md), against a real HTTP server on 127.0.0.1
 that answers like Ollama's /api/generate (cli/ollama_stub.py), well or badly on purpose."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def build(stub: OllamaStub, a: Action, screen: bytes | None = SCREEN, **config: 
     return build_pause_payload(a, CONTEXT, screen, OllamaClient(stub.url), cfg)
 
 
-# The 7 cases of spec/02 Task 19 -------------------------------------------------------------
+# The 7 cases of the origin plan -------------------------------------------------------------
 
 def test_only_declarative_when_no_safety_level(stub: OllamaStub) -> None:
     p = build(stub, action(checks=DECL))

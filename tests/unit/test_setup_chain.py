@@ -1,4 +1,4 @@
-"""The guarded Windows setup chain (spec/04 §3.1)."""
+"""The guarded Windows setup chain (docs/screens-and-pauses.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""verify_screen window-title guards and the human-correction mode (spec/04 §3.2)."""
+"""verify_screen window-title guards and the human-correction mode (docs/screens-and-pauses.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The DSL's optional ``safety_level`` / ``safety_checks`` of pause_for_human (spec/01 §6.1):
+"""The DSL's optional ``safety_level`` / ``safety_checks`` of pause_for_human
+(docs/screens-and-pauses.md):
 the spec's shape is accepted, anything a checklist would have to guess is refused with a
 message naming the step, and a workflow without them is exactly what it was."""
 

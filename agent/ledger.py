@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
@@ -44,6 +42,7 @@ import filelock
 
 from messages.codec import decode, encode, new_id
 from messages.dispatch import ActionReport, DispatchAction
+from runtime import sqlite_store
 
 DEFAULT_CAPACITY = 256
 SCHEMA_VERSION = 3
@@ -149,40 +148,23 @@ class Ledger:
         self.capacity = capacity
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock(self.path.with_name(self.path.name + ".lock"))
-        created = not self.path.exists()
         try:
-            self._db = self._open(created)
+            self._db = self._open()
         except BaseException:
             os.close(self._lock_fd)
             raise
 
-    def _open(self, created: bool) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a commit returns only once the WAL is fsync'ed. NORMAL would be 4x
-            # faster but may lose the last commits on power loss, i.e. a *started* mark.
-            db.execute("PRAGMA synchronous=FULL")
-            _check_schema(db, self.path)
-            # Power cuts (docs/durability.md): a predecessor killed between a commit's write
-            # and its fsync left rows we are about to act on; a checkpoint fsyncs them first.
-            db.execute("PRAGMA wal_checkpoint(FULL)")
-        except BaseException:
-            db.close()
-            raise
-        if created:
-            _fsync_dir(self.path.parent)  # the new file's directory entry must survive too
-        return db
+    def _open(self) -> sqlite3.Connection:
+        # FULL: a commit returns only once the WAL is fsync'ed. NORMAL would be 4x faster but
+        # may lose the last commits on power loss, i.e. a *started* mark. The checkpoint
+        # (power cuts, docs/durability.md): a predecessor killed between a commit's write
+        # and its fsync left rows we are about to act on; it fsyncs them first.
+        return sqlite_store.connect(self.path, synchronous="FULL",
+                                    setup=lambda db: _check_schema(db, self.path),
+                                    checkpoint=True)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return sqlite_store.transaction(self._db)
 
     def begin(self, dispatch: DispatchAction, now: float | None = None) -> None:
         """Mark ``dispatch``'s action started, and each id it supersedes an alias of it, in
@@ -349,8 +331,7 @@ class Ledger:
 
 def _check_schema(db: sqlite3.Connection, path: Path) -> None:
     """Create the schema in a new (empty) file, or check an existing file's version."""
-    db.execute("BEGIN IMMEDIATE")  # a new file is created and versioned in one commit
-    try:
+    with sqlite_store.transaction(db):  # a new file is created and versioned in one commit
         (version,) = db.execute("PRAGMA user_version").fetchone()
         (tables,) = db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         if version == 0 and tables == 0:
@@ -368,10 +349,6 @@ def _check_schema(db: sqlite3.Connection, path: Path) -> None:
                 " only (keyed by replay and action): let the agent that wrote it finish its"
                 " reports, or move the file away to start afresh (its actions could then"
                 " run twice)")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
 
 
 def _lock(path: Path) -> int:
@@ -404,21 +381,3 @@ def _read_holder(fd: int) -> str:
         return os.read(fd, _PID_WIDTH).decode(errors="replace").strip() or "?"
     except OSError:
         return "?"
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a new file's directory entry durable.
-
-    Windows has no directory fsync (a directory cannot even be opened with ``os.open``).
-    There, NTFS keeps file system metadata (a file's creation, its name in the directory) in
-    its journal, and SQLite's sync of the file with ``synchronous=FULL`` (FlushFileBuffers
-    on the file's handle) also flushes that file's metadata: once the first commit has
-    returned, the file is found again after a power loss. Nothing more to do there.
-    """
-    if sys.platform == "win32":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

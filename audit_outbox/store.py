@@ -6,7 +6,7 @@ children (and the broker another), so a record cannot wait for it: it is committ
 is deleted only once audit_log has acknowledged it as durable (audit_outbox/link.py).
 Rows left by a previous run are sent at the next start. Record ids are
 ``{source}:{store id}:{row id}``; the store id is made once per database, AUTOINCREMENT
-never reuses a row id, and each open starts a new epoch of ids (runtime/durability.py), so
+never reuses a row id, and each open starts a new epoch of ids (runtime/sqlite_store.py), so
 an id names one record forever, even after a cut that rolled back the last rows.
 
 No actor reads this database (docs/architecture.md): it is the supervisor's own. The broker, a child
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from messages.audit import MAX_REPLAY_ID, AuditRecordIn
-from runtime.durability import start_epoch
+from runtime import sqlite_store
 
 DB_NAME = "supervisor.sqlite3"
 _SCHEMA = """
@@ -39,10 +39,10 @@ CREATE TABLE IF NOT EXISTS outbox (
 def create(db: sqlite3.Connection) -> None:
     """The outbox's tables in ``db`` (another owner may keep its own tables beside them and
     commit a record in the same transaction as the change it records), and a new epoch of
-    its ids (outside any transaction: no id is reused after a cut, runtime/durability.py)."""
+    its ids (outside any transaction: no id is reused after a cut, runtime/sqlite_store.py)."""
     db.executescript(_SCHEMA)
     db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
-    start_epoch(db, "outbox")
+    sqlite_store.start_epoch(db, "outbox")
 
 
 def insert(db: sqlite3.Connection, source: str, kind: str, at: float,
@@ -73,12 +73,7 @@ class AuditOutbox:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        create(self._db)
+        self._db = sqlite_store.connect(self.path, synchronous="FULL", setup=create)
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
 
@@ -104,13 +99,8 @@ class AuditOutbox:
     def remove(self, ids: Iterable[int]) -> None:
         """Forget rows audit_log has acknowledged (a crash before this only re-sends them,
         which audit_log stores once)."""
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with sqlite_store.transaction(self._db) as db:
+            db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM outbox").fetchone()[0])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from typing import Any, Literal
 from audit_outbox import store as audit_outbox
 from console.accounts import Account, Failures
 from messages.replay import Role
+from runtime import sqlite_store
 
 DB_NAME = "console.sqlite3"
 SOURCE = "console"
@@ -66,20 +66,17 @@ def short(id_hash: str) -> str:
     return id_hash[:12]
 
 
+def _create(db: sqlite3.Connection) -> None:
+    db.executescript(_SCHEMA)  # idempotent: IF NOT EXISTS
+    audit_outbox.create(db)
+
+
 class AccountStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # owner-only from the start
-        os.close(fd)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        with self._lock:
-            self._db.executescript(_SCHEMA)  # idempotent: IF NOT EXISTS
-            audit_outbox.create(self._db)
+        self._db = sqlite_store.connect(self.path, synchronous="FULL", setup=_create,
+                                        owner_only=True, threads=True)
 
     @classmethod
     def in_dir(cls, data_dir: str | Path) -> AccountStore:
@@ -90,14 +87,8 @@ class AccountStore:
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, sqlite_store.transaction(self._db) as db:
+            yield db
 
     def _audit(self, kind: str, at: float, data: dict[str, Any]) -> None:
         audit_outbox.insert(self._db, SOURCE, kind, at, data)

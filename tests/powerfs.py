@@ -309,6 +309,12 @@ class Disk:
         stats: dict[str, int] = json.loads((self.mountpoint / CONTROL.lstrip("/")).read_bytes())
         return stats
 
+    def __enter__(self) -> Disk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], check=False,
                        capture_output=True)

@@ -14,7 +14,6 @@ off the end (which a chain alone cannot show).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 import time
@@ -36,6 +35,7 @@ from actors.audit_log.chain import (
 from actors.audit_log.evidence import PRUNE_KIND
 from actors.audit_log.screenshots import ScreenshotFiles, digest_of
 from messages.audit import RESERVED_SOURCE, AuditRecordIn, ScreenshotState
+from runtime import sqlite_store
 from runtime.durability import fsync_dir, write_atomic
 
 DB_NAME = "audit.db"
@@ -64,6 +64,10 @@ PRUNE_BATCH = 5000
 """Images pruned per request at most, so one request never holds the loop for long."""
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """A query page stops past this much data (records hold up to 256 KiB each)."""
+
+
+def _create(db: sqlite3.Connection) -> None:
+    db.executescript(_SCHEMA)  # idempotent: IF NOT EXISTS
 
 
 def audit_paths(data_dir: Path) -> tuple[Path, Path, Path]:
@@ -180,15 +184,11 @@ class AuditStore:
             fsync_dir(directory)
         self.files = ScreenshotFiles(shots_root)
         self.files.remove_leftovers()
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_SCHEMA)
-        # A predecessor killed between a commit's write and its fsync left records that a
-        # re-send would now be told are stored: a checkpoint fsyncs them first (power cuts,
-        # docs/durability.md).
-        self._db.execute("PRAGMA wal_checkpoint(FULL)")
+        # The checkpoint: a predecessor killed between a commit's write and its fsync left
+        # records that a re-send would now be told are stored; it fsyncs them first (power
+        # cuts, docs/durability.md).
+        self._db = sqlite_store.connect(self.path, synchronous="FULL", busy_timeout_s=10.0,
+                                        setup=_create, checkpoint=True)
         seq, digest, _at = self.head()
         self._head = self._anchored = Anchor(seq, digest)
         self._anchored_at = 0.0
@@ -198,16 +198,6 @@ class AuditStore:
         self.flush_anchor()
         self.files.close()
         self._db.close()
-
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     def head(self) -> tuple[int, str, float]:
         """(seq, hash, stored_at) of the last record; (0, GENESIS, 0.0) when empty."""
@@ -229,7 +219,7 @@ class AuditStore:
         """
         result = AppendResult()
         shots = [{name: digest_of(img) for name, img in r.screenshots.items()} for r in records]
-        with self._write() as db:
+        with sqlite_store.transaction(self._db) as db:
             known = self._known({r.record_id for r in records})
             seq, prev, last_stored = self.head()
             stored_at = max(now, last_stored)
@@ -362,7 +352,7 @@ class AuditStore:
         interrupted)."""
         cutoff = now - older_than_days * 86400.0
         last: ChainRecord | None = None
-        with self._write() as db:
+        with sqlite_store.transaction(self._db) as db:
             old = db.execute("SELECT sha256, size FROM screenshots WHERE pruned_at IS NULL "
                              "AND last_seen_at < ? LIMIT ?", (cutoff, PRUNE_BATCH)).fetchall()
             if old:
@@ -395,7 +385,7 @@ class AuditStore:
             if self.files.exists(digest):
                 freed += self.files.remove(digest)
                 removed += 1
-        with self._write() as db:
+        with sqlite_store.transaction(self._db) as db:
             db.executemany("UPDATE screenshots SET removed = 1 WHERE sha256 = ?",
                            [(d,) for d in digests])
         return removed, freed

@@ -10,7 +10,7 @@ A thread (syncer.py) checkpoints the WAL into the database file off the loop.
 
 Outbox ids (audit record ids are made of them) are never reused, whatever a cut rolls back:
 each open of the store durably starts a new *epoch*, and the ids of an epoch start at
-``epoch << 32`` (:func:`runtime.durability.start_epoch`).
+``epoch << 32`` (:func:`runtime.sqlite_store.start_epoch`).
 
 Writes are kept small: a replay's workflow is written once, at its first commit; every later
 transition rewrites only the mutable part (a few hundred bytes of msgpack) and appends the
@@ -47,7 +47,7 @@ from actors.dispatcher.state import (
 )
 from actors.dispatcher.syncer import SYNC_INTERVAL_S, WalSyncer
 from messages.workflow import Workflow
-from runtime.durability import fsync_dir, start_epoch
+from runtime import sqlite_store
 
 SCHEMA_VERSION = 1
 DB_NAME = "dispatcher.sqlite3"
@@ -94,6 +94,16 @@ only (docs/protocol.md, "The event bus"); writing them too would cost inserts on
 step (bench/throughput.py)."""
 
 
+def _create(db: sqlite3.Connection) -> None:
+    db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
+    db.executescript(_SCHEMA)
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+               (str(SCHEMA_VERSION),))
+    # Names this database in the ids of what it sends (audit record ids): a database made
+    # anew restarts its outbox ids, never its store id.
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
+
+
 def _pack(obj: Any) -> bytes:
     data: bytes = msgpack.packb(obj, use_bin_type=True)
     return data
@@ -109,30 +119,15 @@ class DispatcherStore:
     def __init__(self, path: str | Path, *, keep_finished: int = 1000,
                  sync_interval_s: float = SYNC_INTERVAL_S) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists()
         self.keep_finished = keep_finished
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
         # FULL: every COMMIT fsyncs the WAL, which hardens every earlier commit too (one
         # file): a turn's decisions are committed together (stage, harden).
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                         (str(SCHEMA_VERSION),))
-        # Names this database in the ids of what it sends (audit record ids): a database
-        # made anew restarts its outbox ids, never its store id.
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)",
-                         (uuid.uuid4().hex,))
+        self._db = sqlite_store.connect(self.path, synchronous="FULL", setup=_create)
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
         # A FULL commit: it also hardens whatever a killed predecessor committed without
         # its fsync finishing (we are about to read it and send it on).
-        self.epoch = start_epoch(self._db, "outbox")
-        if new:
-            fsync_dir(self.path.parent)  # the new file's name must survive a cut too
+        self.epoch = sqlite_store.start_epoch(self._db, "outbox")
         self._syncer = WalSyncer(self.path, sync_interval_s)
         self.durable_outbox_id = self._max_outbox_id()
         """Outbox rows up to this id are on disk: the audit sender sends no other."""
@@ -150,8 +145,7 @@ class DispatcherStore:
     def close(self) -> None:
         """Close; a turn staged and not hardened is rolled back (nobody heard of it)."""
         self._syncer.close()
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+        sqlite_store.rollback(self._db)
         self._db.close()
 
     def _max_outbox_id(self) -> int:
@@ -208,7 +202,7 @@ class DispatcherStore:
         replays = list(replays)
         written: list[tuple[int, Effect]] = []
         if not self._db.in_transaction:
-            self._db.execute("BEGIN IMMEDIATE")
+            sqlite_store.begin(self._db)
         try:
             db = self._db
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in sent])
@@ -246,7 +240,7 @@ class DispatcherStore:
             self.staged = 0
             return
         try:
-            self._db.execute("COMMIT")
+            sqlite_store.commit(self._db)
         except BaseException:
             self.rollback()
             raise
@@ -261,8 +255,7 @@ class DispatcherStore:
 
     def rollback(self) -> None:
         """Forget the turn's transaction."""
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+        sqlite_store.rollback(self._db)
         self._staged_known.clear()
         self._staged_resolved.clear()
         self.staged = 0

@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.dispatcher.store import DB_NAME as DISPATCHER_DB
 from audit_outbox.store import DB_NAME as SUPERVISOR_DB
-from runtime.durability import EPOCH_BITS
+from runtime.sqlite_store import EPOCH_BITS
 from tests.conftest import ROOT, python_argv
 
 DISPATCH_KINDS = ("action_dispatched", "action_resent")
@@ -80,7 +80,7 @@ def rows_of(records: Iterable[dict[str, Any]], source: str, store: str) -> Count
 
 def assert_rows_complete(records: list[dict[str, Any]], source: str, store: str) -> int:
     """Every row the sender ever committed is in the trail once: ids are never reused, and
-    within an epoch (each open of the outbox, runtime/durability.py) they run from the
+    within an epoch (each open of the outbox, runtime/sqlite_store.py) they run from the
     epoch's first id without a gap. Returns how many rows."""
     rows = rows_of(records, source, store)
     assert rows, f"no {source} record in the trail"

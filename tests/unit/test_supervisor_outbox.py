@@ -20,7 +20,7 @@ from tests.conftest import free_port
 def test_rows_wait_in_order_survive_a_reopen_and_keep_their_ids(tmp_path: Path) -> None:
     outbox = AuditOutbox.in_dir(tmp_path)
     store = outbox.store_id
-    e = 1 << 32  # the first epoch's ids (runtime/durability.py)
+    e = 1 << 32  # the first epoch's ids (runtime/sqlite_store.py)
     for i in range(5):
         outbox.add("supervisor", "actor_started", 100.0 + i, {"name": f"a{i}", "pid": i})
     assert [row for row, _ in outbox.pending(0, 3)] == [e + 1, e + 2, e + 3]

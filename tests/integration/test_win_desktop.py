@@ -159,7 +159,8 @@ def test_the_site_of_a_key_is_the_caret_of_the_focused_edit_control(
     """Where keyboard input went, as the report tells the loop detector (issue 14): the
     caret of the focused EDIT control (GetGUIThreadInfo, read from the agent's process, its
     rcCaret mapped to the screen), checked against where the control's own thread puts its
-    caret (GetCaretPos), within 2 px; and the foreground window's rectangle."""
+    caret (GetCaretPos), within 2 px; the foreground window's rectangle; with no caret
+    shown, the focused control's rectangle."""
     assert target.entry is not None
     field = pct(PRIMARY, target.entry[0] + 40, target.entry[1] + target.entry[3] / 2)
     assert executor.run(ON_PRIMARY, type="type", target_spec=field,
@@ -184,6 +185,12 @@ def test_the_site_of_a_key_is_the_caret_of_the_focused_edit_control(
     window = pixels(outcome["site"]["window"])
     assert all(abs(a - b) <= 2 for a, b in zip(window, truth["window"], strict=True)), (
         window, truth["window"])
+    assert target.send("nocaret")["foreground"]  # the EDIT keeps the focus, shows no caret
+    outcome = executor.run(ON_PRIMARY, type="key_combo", parameters={"keys": ["end"]})
+    assert outcome["success"], outcome
+    control = pixels(outcome["site"]["focus"])
+    assert all(abs(a - b) <= 2 for a, b in zip(control, truth["edit"], strict=True)), (
+        control, truth["edit"])
 
 
 # The window in front (spec/04 guards; fail closed) -----------------------------------------

@@ -199,8 +199,8 @@ def report_real(tally: RealTally, n: int, decode_floor: float) -> None:
     for line in tally.false_pauses:
         print(f"  false pause: {line}")
     margin = {k: tally.closest.count(k) for k in sorted(set(tally.closest))}
-    print(f"margin: progress sequences by their longest run of captures without progress "
-          f"{margin} (screen_static pauses at a run of {n - 1})")
+    print(f"margin: progress sequences by their most steps in a row without progress "
+          f"{margin} (screen_static pauses at {n - 1})")
     print(f"stuck detected within N={n} captures: {tally.detected}/{tally.stuck} = "
           f"{recall:.1%}   target >= 95%")
     if tally.latency:

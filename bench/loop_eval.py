@@ -143,6 +143,9 @@ class RealTally:
     signals: dict[str, int] = field(default_factory=dict)
     ms: list[float] = field(default_factory=list)
     decode_ms: list[float] = field(default_factory=list)
+    closest: list[int] = field(default_factory=list)
+    """Per progress sequence, its longest run of transitions without progress (the margin:
+    screen_static pauses at N-1)."""
 
 
 def run_real(seqs: list[RealSequence], n: int) -> RealTally:
@@ -153,7 +156,7 @@ def run_real(seqs: list[RealSequence], n: int) -> RealTally:
     tally = RealTally()
     for s_index, seq in enumerate(seqs):
         replay = f"real{s_index}"
-        first, verdict = None, None
+        first, verdict, closest = None, None, 0
         for i, step in enumerate(seq.steps(replay)):
             start = time.perf_counter()
             v = core.observe(step).verdict
@@ -161,10 +164,13 @@ def run_real(seqs: list[RealSequence], n: int) -> RealTally:
             tally.decode_ms.append(pixel.last_ms)
             if v.detected and first is None:
                 first, verdict = i, v
+            judged = core.judgement(replay)
+            closest = max(closest, 0 if judged is None else judged.static_run)
         core.forget(replay)
         shown = "" if verdict is None else f"{verdict.signal} {verdict.evidence}"
         if seq.stuck_from is None:
             tally.progress += 1
+            tally.closest.append(closest)
             if first is not None:
                 tally.false_pauses.append(f"{seq.name} at step {first}: {shown}")
             continue
@@ -192,6 +198,9 @@ def report_real(tally: RealTally, n: int, decode_floor: float) -> None:
           "   target 0")
     for line in tally.false_pauses:
         print(f"  false pause: {line}")
+    margin = {k: tally.closest.count(k) for k in sorted(set(tally.closest))}
+    print(f"margin: progress sequences by their most steps in a row without progress "
+          f"{margin} (screen_static pauses at {n - 1})")
     print(f"stuck detected within N={n} captures: {tally.detected}/{tally.stuck} = "
           f"{recall:.1%}   target >= 95%")
     if tally.latency:

@@ -38,7 +38,7 @@ from loguru import logger
 from actors.loop_detector.clip import Vector, cosine
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.pixel import BadScreenshot, Frame
-from actors.loop_detector.screen_history import ScreenHistory
+from actors.loop_detector.screen_history import Judgement, ScreenHistory
 from actors.loop_detector.site import Box, Site, box_mask, site_of
 from messages import events
 from messages.loop import LOOP_DETECTED, LoopVerdict, ObserveStep
@@ -186,6 +186,12 @@ class LoopDetectorCore:
     @property
     def replays(self) -> int:
         return len(self._replays)
+
+    def judgement(self, replay_id: str) -> Judgement | None:
+        """What a replay's screen history says now (bench/loop_eval.py prints how close
+        progress sequences come to a pause); None if nothing is kept of it."""
+        rings = self._replays.get(replay_id)
+        return None if rings is None else rings.screen.judge()
 
     # Observations -----------------------------------------------------------------------
 

@@ -2,7 +2,10 @@
 
 Tiles are 8x8 screen pixels (pixel.py); a transition is the screen after one step against
 the screen after the step before. Each transition is judged when it arrives, from what
-came before it only: a step's progress is never taken back by what the screen does later.
+came before it only: an action's progress is never taken back by what the screen does
+later. A wait's is, by the wait right after it, and only there (no action acted during
+either): where the screen moves on beside what the first wait saw change (a second hand,
+a spinner, ``top``), that was the screen moving by itself, seen for the first time.
 
 Where the step acted is known (site.py: the point clicked, the focus, the window): the
 step is progress when a tile changed *there* that is not a place seen changing by itself.
@@ -29,8 +32,9 @@ afresh: typing into a dialog just opened is progress.
 
 The cost: a change in place of an earlier one with no site known (a "+" button's counter
 far from the point, a field retyped over its old text) is not progress; three such steps
-look like a stuck screen. Noise seen for the first time counts as progress (a replay's
-first steps beside ``top``): a pause can come a step or two late, never early.
+look like a stuck screen. Noise seen for the first time at an action counts as progress
+(a replay's first steps beside ``top``, a caret's first blink): a pause can come a step
+late, never early.
 
 Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
 of their transitions, two 16-bit registers per tile and an 8-bit one per block.
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -97,6 +101,10 @@ class Transition:
     ignored: int = 0
     """Of those (or, in a wait, of all), the tiles ignored: places seen changing by
     themselves."""
+    loose: Mask | None = None
+    """In a wait: the tiles changed away from the places seen changing by themselves."""
+    second_look: bool = False
+    """A wait's progress taken back by the wait after it (``_second_look``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +222,13 @@ class ScreenHistory:
         noisy = (dilate(ambient, p.ambient_reach) | self._zone(ambient) if ambient.any()
                  else ambient)
         at_site, ignored = -1, 0
+        loose: Mask | None = None
         if observation:
             loose = changed & ~noisy
             ignored = int(np.count_nonzero(changed & noisy))
             progress = int(np.count_nonzero(loose)) >= p.wait_min
             ambient_now = changed
+            self._second_look(changed)
         elif site is not None:
             here = changed & site
             if novel_only:
@@ -267,8 +277,28 @@ class ScreenHistory:
         self._seen += 1
         self._serial += 1
         self.frames.append(frame)
-        self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored))
+        self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored,
+                                           loose))
         return self._serial
+
+    def _second_look(self, changed: Mask) -> None:
+        """A wait right after a wait: what the one before saw appear is judged again.
+
+        No action acted during either wait. Where the screen changes now in new places
+        next to what changed then (a second hand, a spinner, ``top``'s numbers moving on),
+        what changed then was the screen moving by itself, seen for the first time: it is
+        no progress unless ``wait_min`` of its tiles lie away from those places. A window
+        that appeared and stayed is not touched; nor one that closed again (its tiles
+        change again, but nothing moves on beside them)."""
+        last = self.transitions[-1] if self.transitions else None
+        if (last is None or last.loose is None or not last.progress
+                or last.serial <= self._cut or last.loose.shape != changed.shape):
+            return
+        moved_on = changed & ~last.changed
+        kept = last.loose & ~(dilate(moved_on, self.params.ambient_reach)
+                              | self._zone(moved_on))
+        if int(np.count_nonzero(kept)) < self.params.wait_min:
+            self.transitions[-1] = replace(last, progress=False, second_look=True)
 
     def _zone(self, mask: Mask) -> Mask:
         """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""

@@ -49,7 +49,12 @@ class Desk:
             subprocess.Popen([sys.executable, str(ROOT / "bench" / "loop_real" / "form_app.py"),
                               str(self.state), "--x", "120", "--y", "120"], env=denv)]
         wait_until(self.state.exists, timeout=20)
-        self.system = System(spawn, env, tmp)
+        # On a busy machine the actors take seconds to import, and an action (its capture,
+        # its poll of the screen) seconds to report: patience, as test_desktop_system.py
+        # (the watchdog's 3 s orphan timeout would pause a slow step, not a stuck one).
+        self.system = System(spawn, env, tmp, extra_env={"RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "60",
+                                                         "LEA_BEACON_TIMEOUT_S": "30"},
+                             ready_timeout=120)
         spawn(python_argv("-m", "agent", "--machine-id", "ws1", "--executor", "desktop",
                           "--data-dir", str(tmp / "agent-data"),
                           "--effects-log", str(tmp / "effects.jsonl")),
@@ -83,7 +88,8 @@ def click_then_type(button: tuple[int, int]) -> list[dict[str, Any]]:
 def test_a_button_that_does_nothing_beside_a_clock_pauses(desk: Desk) -> None:
     rid = desk.system.start(workflow(*click_then_type(VALIDATE)), "ws1")
     s = desk.system.wait_status(rid, PAUSED, "completed", timeout=90)
-    assert s.status == PAUSED and s.pause_reason == "loop_detected", s
+    assert s.status == PAUSED and s.pause_reason == "loop_detected", (
+        s.pause_reason, s.pause_message, s)
     assert s.pause_message is not None
     assert s.pause_message.startswith("Léa semble bloquée — screen_static ("), s.pause_message
     assert "changed_at_site=0" in s.pause_message and "ignored_tiles=" in s.pause_message
@@ -94,5 +100,6 @@ def test_a_button_that_does_nothing_beside_a_clock_pauses(desk: Desk) -> None:
 def test_the_same_workflow_whose_click_opens_a_dialog_completes(desk: Desk) -> None:
     rid = desk.system.start(workflow(*click_then_type(OPEN)), "ws1")
     s = desk.system.wait_status(rid, "completed", PAUSED, timeout=90)
-    assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0), s
+    assert (s.status, s.counters.get("pauses", 0)) == ("completed", 0), (
+        s.pause_reason, s.pause_message, s)
     assert '"dialog_text": "RAS ok 13"' in desk.state.read_text()

@@ -154,6 +154,45 @@ def test_typing_ascii_and_accents_reaches_the_edit_control(executor: WinExecutor
     assert wait_until(lambda: target.events("text")[-1]["value"] == "Hélène Noë")
 
 
+def test_the_site_of_a_key_is_the_caret_of_the_focused_edit_control(
+        executor: WinExecutor, target: WinTarget) -> None:
+    """Where keyboard input went, as the report tells the loop detector: the
+    caret of the focused EDIT control (GetGUIThreadInfo, read from the agent's process, its
+    rcCaret mapped to the screen), checked against where the control's own thread puts its
+    caret (GetCaretPos), within 2 px; the foreground window's rectangle; with no caret
+    shown, the focused control's rectangle."""
+    assert target.entry is not None
+    field = pct(PRIMARY, target.entry[0] + 40, target.entry[1] + target.entry[3] / 2)
+    assert executor.run(ON_PRIMARY, type="type", target_spec=field,
+                        parameters={"text": "MOREL"})["success"]
+    assert wait_until(lambda: [e["value"] for e in target.events("text")][-1:] == ["MOREL"])
+    truth = target.send("caret")
+    assert truth["caret"] is not None and truth["foreground"], truth
+    outcome = executor.run(ON_PRIMARY, type="key_combo", parameters={"keys": ["end"]})
+    assert outcome["success"], outcome
+    assert target.send("caret")["caret"] == truth["caret"]  # "end" left it there
+
+    def pixels(box: list[float]) -> tuple[float, float, float, float]:
+        x, y, w, h = PRIMARY  # the action's area: fractions of it (ActionSite)
+        return box[0] * w + x, box[1] * h + y, box[2] * w, box[3] * h
+
+    fx, fy, fw, fh = pixels(outcome["site"]["focus"])
+    assert abs(fx - truth["caret"][0]) <= 2 and abs(fy - truth["caret"][1]) <= 2, (
+        outcome["site"], truth)
+    ex, ey, ew, eh = truth["edit"]
+    assert ex - 2 <= fx and fx + fw <= ex + ew + 2 and ey - 2 <= fy and fy + fh <= ey + eh + 2
+    assert fw <= 4 and 8 <= fh <= eh  # a caret: a line of text high, not the control
+    window = pixels(outcome["site"]["window"])
+    assert all(abs(a - b) <= 2 for a, b in zip(window, truth["window"], strict=True)), (
+        window, truth["window"])
+    assert target.send("nocaret")["foreground"]  # the EDIT keeps the focus, shows no caret
+    outcome = executor.run(ON_PRIMARY, type="key_combo", parameters={"keys": ["end"]})
+    assert outcome["success"], outcome
+    control = pixels(outcome["site"]["focus"])
+    assert all(abs(a - b) <= 2 for a, b in zip(control, truth["edit"], strict=True)), (
+        control, truth["edit"])
+
+
 # The window in front (guards; fail closed) -----------------------------------------
 
 def test_title_guard_passes_on_the_right_title_and_pauses_on_a_wrong_one(

@@ -253,6 +253,25 @@ def test_the_misread_ok_is_never_clicked_by_text_alone() -> None:
     assert not found.found and found.error == "ambiguous_target", found
 
 
+def test_two_halves_read_at_once_give_each_line_once() -> None:
+    """Read as two halves overlapping around row 540: the row of "Résultats d'analyses"
+    (rows 504-516) is in both, and comes out once, where it is."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    image = Image.open(DATA / "fr-liberation-100-moved.png")
+    reader = TesseractReader(workers=2)
+    try:
+        words = reader.read(image)
+    finally:
+        reader.close()
+    (row,) = [w for w in words if normalise(w.text) == "resultats"]
+    assert 500 <= row.box[1] <= 516, row
+    for text in ("Fichier", "Notes médicales"):  # the top half
+        assert decide(candidates(words, text), text).chosen is not None, text
+    assert [w.box[1] > 800 for w in words if normalise(w.text) == "sanguin"] == [True]
+
+
 def test_ocr_settings_from_the_environment_and_their_errors() -> None:
     cfg = DesktopConfig.from_env({"LEA_OCR_LANGS": "fra", "LEA_OCR_MIN_SCORE": "0.9",
                                   "LEA_OCR_MARGIN": "0.2", "LEA_OCR_TESSDATA": "/opt/td"})

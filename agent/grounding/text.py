@@ -46,8 +46,11 @@ LOOK_AGAIN = ((20.0, 5.0, 1.0), (13.0, 3.5, 1.5), (7.0, 2.2, 1.5))
 """What is read again around the recorded position: half width and half height in text
 heights, and a scale. Several, because Tesseract reads a short word beside a button's
 bevel in one crop and not in the next (an "OK" read "fe)" on the full screen)."""
-PHRASE_GAP = 0.9
-"""Two words of one line farther apart than this many text heights are two phrases."""
+PHRASE_GAP = 1.2
+"""Two words of one line farther apart than this many text heights are two phrases. A
+space is under half a text height, two controls' texts are twice as far apart or more
+on the set; a word's box read a letter short (seen: "Known" 8 px short of its "n")
+widened a space to 1.1 text heights."""
 MAX_EXTRA_WORDS = 2
 """A span may have this many words more than the label (OCR splits words)."""
 SEEN = 3

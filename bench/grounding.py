@@ -24,6 +24,7 @@ import argparse
 import base64
 import io
 import json
+import os
 import statistics
 import sys
 import time
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every miss")
     args = parser.parse_args(argv)
     screens = json.loads((args.data / "labels.json").read_text())["screens"]
+    load_before = os.getloadavg()[0]
     reader = TesseractReader()
     images, words, read_ms = {}, {}, {}
     for s in screens:
@@ -170,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             tally["ambiguous_target"] += found.error == "ambiguous_target"
     print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
           "labelled controls (fr/en, 2 fonts, 100/125/150 %, recorded and moved layouts); "
-          f"Tesseract {reader.version} fra+eng")
+          f"Tesseract {reader.version} {reader.langs} x{reader.upscale}, {reader.workers} "
+          f"worker(s) on {os.cpu_count()} cores")
     # Searches where a click was expected (a twin without anchor may rightly not click).
     expect = {m: tally[f"{m}: expect"] for m in MODES}
     right = sum(tally[f"{m}: right"] for m in MODES)
@@ -185,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{tally['absent: no click']}/{tally['absent: searches']}")
     print(f"time per search: p50 {statistics.median(times):.0f} ms, p90 "
           f"{statistics.quantiles(times, n=10)[-1]:.0f} ms; floor (capture 1920x1080 + "
-          f"grey) p50 {floor:.1f} ms")
+          f"grey) p50 {floor:.1f} ms; load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after (the machine's other work slows both)")
     for line in misses if args.verbose else misses[:15]:
         print("  " + line)
     return 0

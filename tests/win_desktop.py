@@ -173,6 +173,7 @@ class WinTarget(Piped):
         self.hwnd: int = layout["hwnd"]
         self.canvas: list[int] = layout["canvas"]
         self.entry: list[int] | None = layout["entry"]
+        self.buttons: dict[str, list[int]] = layout.get("buttons", {})
         self.dpi: int | None = layout["dpi"]
 
     def events(self, kind: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ LEA_DESKTOP_SCREEN_CHANGE_TIMEOUT_S    1.0      after a click, how long to wait 
                                                 screen to change before ``no_screen_change``
 LEA_DESKTOP_INPUT_PAUSE_S              0.05     pause after each mouse/keyboard call
 LEA_DESKTOP_TYPE_INTERVAL_S            0.01     pause between typed characters
-LEA_OCR_LANGS                          fra+eng  Tesseract languages the text targets are
+LEA_OCR_LANGS                          fra      Tesseract languages the text targets are
                                                 read in (docs/grounding.md)
 LEA_OCR_TESSDATA                       (found)  the folder of their ``.traineddata`` files
 LEA_OCR_MIN_SCORE                      0.8      text match score below which the target is
@@ -38,6 +38,7 @@ from typing import TypeVar
 
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.grounding import text
+from agent.grounding.tesseract import DEFAULT_LANGS
 
 T = TypeVar("T")
 
@@ -59,7 +60,7 @@ class DesktopConfig:
     screen_change_timeout_s: float = 1.0
     input_pause_s: float = 0.05
     type_interval_s: float = 0.01
-    ocr_langs: str = "fra+eng"
+    ocr_langs: str = DEFAULT_LANGS
     ocr_tessdata: str | None = None
     ocr_min_score: float = text.DEFAULT_MIN_SCORE
     ocr_margin: float = text.DEFAULT_MARGIN

@@ -47,6 +47,8 @@ from agent.grounding.text import (
     candidates,
     decide,
     look_again_boxes,
+    near_miss_is_label,
+    near_misses,
     twin_seen_again,
 )
 from agent.screen.capture import Rect
@@ -243,8 +245,7 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
     try:
         words = text.read(image)
     except Exception as exc:  # an engine failure is a failed search, never a crash
-        return Resolved(None, None, OCR, None, ms(), "target_not_found",
-                        f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
+        return _ocr_failed(exc, ms())
     recorded = None
     if spec.x_pct is not None and spec.y_pct is not None:
         x, y = point_at_pct(area, spec.x_pct, spec.y_pct)
@@ -263,14 +264,28 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
             decision = decide(found, label, text.min_score, text.margin, recorded,
                               (match.left, match.top, match.w, match.h))
     if decision.chosen is not None:
-        for box, scale in look_again_boxes(decision.chosen, recorded, image.size):
+        # A second look where another copy may stand: around the recorded position, and
+        # at every word the OCR was unsure of that could be the label misread
+        # (docs/grounding.md, "A second look" and "Near misses").
+        chosen = decision.chosen
+        for box, scale in look_again_boxes(chosen, recorded, image.size):
             try:
                 near = _read_part(text.read, image, box, scale)
             except Exception as exc:
-                return Resolved(None, None, OCR, None, ms(), "target_not_found",
-                                f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
-            twin = twin_seen_again(decision.chosen, candidates(near, label), label,
-                                   text.min_score)
+                return _ocr_failed(exc, ms())
+            twin = twin_seen_again(chosen, candidates(near, label), label, text.min_score)
+            if twin is not None:
+                decision = twin
+                break
+        misses = [] if decision.chosen is None else \
+            near_misses(words, found, chosen, label, text.min_score, image.size)
+        for miss in misses:
+            try:
+                near = _read_part(text.read, image, miss.crop, miss.scale)
+            except Exception as exc:
+                return _ocr_failed(exc, ms())
+            twin = near_miss_is_label(chosen, miss, candidates(near, label), label,
+                                      text.min_score)
             if twin is not None:
                 decision = twin
                 break
@@ -285,6 +300,11 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
         detail += f"; the {decision.tie_broken_by} chose among the places read alike"
     return Resolved(origin[0] + round(cx), origin[1] + round(cy), OCR, score, ms(),
                     detail=detail, box=(origin[0] + left, origin[1] + top, w, h))
+
+
+def _ocr_failed(exc: Exception, elapsed_ms: float) -> Resolved:
+    return Resolved(None, None, OCR, None, elapsed_ms, "target_not_found",
+                    f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
 
 
 def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float) -> list[Word]:

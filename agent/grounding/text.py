@@ -46,12 +46,26 @@ LOOK_AGAIN = ((20.0, 5.0, 1.0), (13.0, 3.5, 1.5), (7.0, 2.2, 1.5))
 """What is read again around the recorded position: half width and half height in text
 heights, and a scale. Several, because Tesseract reads a short word beside a button's
 bevel in one crop and not in the next (an "OK" read "fe)" on the full screen)."""
-PHRASE_GAP = 0.9
-"""Two words of one line farther apart than this many text heights are two phrases."""
+PHRASE_GAP = 1.2
+"""Two words of one line farther apart than this many text heights are two phrases. A
+space is under half a text height, two controls' texts are twice as far apart or more
+on the set; a word's box read a letter short (seen: "Known" 8 px short of its "n")
+widened a space to 1.1 text heights."""
 MAX_EXTRA_WORDS = 2
 """A span may have this many words more than the label (OCR splits words)."""
 SEEN = 3
 """How many of the nearest texts a failure lists."""
+NEAR_MISS_CONF = 0.8
+"""A word read with less confidence than this may be anything, the label included."""
+NEAR_MISS_SIMILAR = 0.5
+"""A word this similar to the label (but not a rival) may be the label misread."""
+NEAR_MISS_HEIGHT = (0.6, 1.6)
+NEAR_MISS_WIDTH = (0.3, 2.0)
+"""A near miss has about the chosen text's size: its height and width over the chosen's."""
+NEAR_MISS_CROP = (3.0, 1.2, 2.0)
+"""A near miss is read again in a crop of this half width and half height (text heights,
+and at least the chosen text's half width) around it, at this scale: alone in a tight
+crop, the "OK" read "fe)" on the whole screen reads "OK" at every scale tried."""
 
 _LIGATURES = str.maketrans({"œ": "oe", "Œ": "oe", "æ": "ae", "Æ": "ae", "ø": "o", "Ø": "o",
                             "ł": "l", "Ł": "l", "ß": "ss", "’": "'"})
@@ -247,18 +261,85 @@ def look_again_boxes(chosen: Candidate, recorded: tuple[float, float] | None,
 
 
 def twin_seen_again(chosen: Candidate, again: Sequence[Candidate], label: str,
-                    min_score: float) -> Decision | None:
+                    min_score: float,
+                    where: str = "away from the recorded position, and also near that "
+                                 "position") -> Decision | None:
     """``ambiguous_target`` if the second reading found the label somewhere ``chosen`` is
-    not (``again`` in the same pixels as ``chosen``), else None."""
+    not (``again`` in the same pixels as ``chosen``), else None. ``where`` says which
+    second reading it was."""
     pad = chosen.box[3] / 2
     twins = [c for c in again if c.score >= min_score
              and not _contains(chosen.box, c.centre, pad)]
     if not twins:
         return None
     return Decision(None, (chosen, *twins), error="ambiguous_target",
-                    detail=f"{label!r} was read at {chosen.describe()}, away from the "
-                           f"recorded position, and also near that position: "
+                    detail=f"{label!r} was read at {chosen.describe()}, {where}: "
                            + seen(twins))
+
+
+@dataclass(frozen=True, slots=True)
+class NearMiss:
+    """A place where another copy of the label may have been misread: ``spot`` (what was
+    read there, ``read_as``), read again in ``crop`` at ``scale``."""
+
+    spot: Box
+    read_as: str
+    crop: Box
+    scale: float
+
+
+def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candidate,
+                label: str, min_score: float, size: tuple[int, int]) -> list[NearMiss]:
+    """Where to read again before acting on ``chosen``: the places of about its size that
+    the OCR read unsurely (low confidence) or as something like the label (a candidate
+    between ``NEAR_MISS_SIMILAR`` and ``min_score``), away from every place already read
+    as the label. A short label misread ("OK" as "fe)") scores nothing, so only the
+    reading's confidence and size tell that another copy may stand there
+    (docs/grounding.md, "Near misses"). The crop holds the whole phrase around the spot:
+    a crop cutting "Enregistrer sous…" would read "Enregistrer"."""
+    known = [c.box for c in found if c.score >= min_score]
+    _, _, cw, ch = chosen.box
+    spots: list[tuple[Box, str]] = [(c.box, c.text) for c in found
+                                    if NEAR_MISS_SIMILAR <= c.score < min_score]
+    by_line = phrases(words)
+    for phrase in by_line:
+        spots.extend((w.box, w.text) for w in phrase if w.conf < NEAR_MISS_CONF)
+    out: list[NearMiss] = []
+    for spot, text in spots:
+        x, y, ww, wh = spot
+        centre = (x + ww / 2, y + wh / 2)
+        if any(_contains(box, centre, ch / 2) for box in known):
+            continue
+        if not (NEAR_MISS_HEIGHT[0] * ch <= wh <= NEAR_MISS_HEIGHT[1] * ch
+                and NEAR_MISS_WIDTH[0] * cw <= ww <= NEAR_MISS_WIDTH[1] * cw):
+            continue
+        phrase_box = next((_union(p) for p in by_line
+                           if any(_contains(w.box, centre, 0) for w in p)), spot)
+        left, top, pw, ph = phrase_box
+        half_w = max(NEAR_MISS_CROP[0] * ch, cw / 2 + ch)
+        half_h = NEAR_MISS_CROP[1] * max(ch, wh)
+        crop_left = max(0, int(min(left - ch, centre[0] - half_w)))
+        crop_top = max(0, int(min(top, centre[1] - half_h)))
+        crop_right = min(size[0], int(max(left + pw + ch, centre[0] + half_w)) + 1)
+        crop_bottom = min(size[1], int(max(top + ph, centre[1] + half_h)) + 1)
+        if crop_right - crop_left >= 8 and crop_bottom - crop_top >= 8:
+            out.append(NearMiss(spot, text, (crop_left, crop_top, crop_right - crop_left,
+                                             crop_bottom - crop_top), NEAR_MISS_CROP[2]))
+    return out
+
+
+def near_miss_is_label(chosen: Candidate, miss: NearMiss, again: Sequence[Candidate],
+                       label: str, min_score: float) -> Decision | None:
+    """``ambiguous_target`` if the near miss, read again (``again``, in the same pixels),
+    is the label; else None."""
+    x, y, w, h = miss.spot
+    hits = [c for c in again if c.score >= min_score
+            and _contains(c.box, (x + w / 2, y + h / 2), h / 2)]
+    if not hits:
+        return None
+    return Decision(None, (chosen, *hits), error="ambiguous_target",
+                    detail=f"{label!r} was read at {chosen.describe()}, and also, read again "
+                           f"closer, where {miss.read_as!r} was read unsurely: " + seen(hits))
 
 
 def seen(found: Sequence[Candidate]) -> str:

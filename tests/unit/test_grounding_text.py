@@ -5,6 +5,7 @@ OCR itself is tested on a recorded screen at the end."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from agent.grounding.text import (
     candidates,
     decide,
     look_again_boxes,
+    near_misses,
     normalise,
     phrases,
     twin_seen_again,
@@ -110,6 +112,49 @@ def test_reading_again_at_the_recorded_position_catches_a_misread_twin() -> None
                            "OK", 0.8) is None
 
 
+def test_a_word_read_unsurely_where_a_copy_could_be_is_a_near_miss() -> None:
+    words = [word("OK", 100, 100, 0), word("fe)", 300, 200, 1, conf=0.55)]
+    chosen = Candidate("OK", 1.0, 0.95, (100, 100, 16, 12))
+    (miss,) = near_misses(words, candidates(words, "OK"), chosen, "OK", 0.8, (1920, 1080))
+    left, top, w, h = miss.crop
+    assert miss.read_as == "fe)" and miss.scale > 1
+    assert left <= 312 <= left + w and top <= 206 <= top + h
+    # Read surely as something else, far larger or smaller than the label: not a near miss.
+    others = [word("OK", 100, 100, 0), word("Nom", 300, 200, 1),
+              word("x", 300, 400, 2, conf=0.3, h=40), word("Traitement", 300, 500, 3, conf=0.4)]
+    assert near_misses(others, candidates(others, "OK"), chosen, "OK", 0.8, (1920, 1080)) == []
+    # Read like the label, one letter off: a near miss; its crop holds its whole phrase.
+    save = Candidate("Enregistrer", 1.0, 0.95, (100, 100, 88, 12))
+    alike = [word("Enregistrer", 100, 100, 0), word("Enregistrez", 300, 200, 1),
+             word("cela", 396, 200, 1)]
+    (miss,) = near_misses(alike, candidates(alike, "Enregistrer"), save, "Enregistrer", 0.95,
+                          (1920, 1080))
+    assert miss.crop[0] <= 300 and miss.crop[0] + miss.crop[2] >= 396 + 32
+
+
+def test_a_short_label_is_not_clicked_while_a_near_miss_reads_it_again() -> None:
+    """The full screen shows one "OK" and an unsure "fe)"; read closer, "fe)" is an "OK":
+    no click (the bench's wrong-control click, docs/grounding.md "Near misses")."""
+    img = Image.new("RGB", (1920, 1080), "white")
+
+    def reader(closer: str) -> Callable[[Image.Image], list[Word]]:
+        def read(image: Image.Image) -> list[Word]:
+            if image.size == (1920, 1080):
+                return [word("OK", 340, 396, 0), word("fe)", 344, 450, 1, conf=0.55)]
+            return [Word(closer, 0.96, (image.width // 2 - 16, image.height // 2 - 9, 32, 18),
+                         0)]
+        return read
+
+    found = resolve_point(TargetSpec(by_text="OK"), img, (0, 0), (0, 0, 1920, 1080), (1.0,),
+                          0.85, TextSettings(reader("OK")))
+    assert not found.found and found.error == "ambiguous_target", found
+    assert "'fe)' was read unsurely" in (found.detail or "")
+    # Read closer, it is something else: the one "OK" is clicked.
+    found = resolve_point(TargetSpec(by_text="OK"), img, (0, 0), (0, 0, 1920, 1080), (1.0,),
+                          0.85, TextSettings(reader("Nom")))
+    assert found.found and (found.x, found.y) == (348, 402)
+
+
 def test_a_text_target_never_falls_back_to_its_recorded_position() -> None:
     assert resolution_order(TargetSpec(by_text="OK", x_pct=0.5, y_pct=0.5)) == ["ocr"]
     assert resolution_order(TargetSpec(by_text="OK", resolve_order=["ocr", "position"])) == \
@@ -189,6 +234,42 @@ def test_a_twin_misread_on_the_full_screen_is_seen_again_where_it_was_recorded()
         assert x <= (found.x or 0) <= x + w and y <= (found.y or 0) <= y + h
     else:
         assert found.error == "ambiguous_target", found
+
+
+def test_the_misread_ok_is_never_clicked_by_text_alone() -> None:
+    """Two "OK" on this recorded screen; Tesseract once read one of them "fe)" and the
+    text alone clicked the other. By text alone, either both are read or the unsure word
+    is read again: no click."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    image = Image.open(DATA / "fr-liberation-100-recorded.png")
+    reader = TesseractReader()
+    try:
+        found = resolve_point(TargetSpec(by_text="OK"), image, (0, 0), (0, 0, 1920, 1080),
+                              (1.0,), 0.85, TextSettings(reader.read))
+    finally:
+        reader.close()
+    assert not found.found and found.error == "ambiguous_target", found
+
+
+def test_two_halves_read_at_once_give_each_line_once() -> None:
+    """Read as two halves overlapping around row 540: the row of "Résultats d'analyses"
+    (rows 504-516) is in both, and comes out once, where it is."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    image = Image.open(DATA / "fr-liberation-100-moved.png")
+    reader = TesseractReader(workers=2)
+    try:
+        words = reader.read(image)
+    finally:
+        reader.close()
+    (row,) = [w for w in words if normalise(w.text) == "resultats"]
+    assert 500 <= row.box[1] <= 516, row
+    for text in ("Fichier", "Notes médicales"):  # the top half
+        assert decide(candidates(words, text), text).chosen is not None, text
+    assert [w.box[1] > 800 for w in words if normalise(w.text) == "sanguin"] == [True]
 
 
 def test_ocr_settings_from_the_environment_and_their_errors() -> None:

@@ -1,7 +1,8 @@
 """What every actor process shares: its MDP worker, an MDP client, the bus, timers, shutdown.
 
-An actor subclass names its ``service`` and registers handlers; the loop here only receives,
-decodes, calls the handler and replies. Bad input never escapes a handler: it becomes an
+An actor subclass names its ``service`` and registers handlers; its poll loop
+(transport/poll_loop.py, the one the agent runs too) receives, and this decodes, calls the
+handler and replies. Bad input never escapes a handler: it becomes an
 :class:`~messages.ErrorReply` and a ``lea:bad_message`` event.
 
 Who may ask what (docs/protocol.md, "CURVE and identity"): a peer of the plain loopback endpoint (an
@@ -13,30 +14,26 @@ by its identity (:attr:`Incoming.identity`); it may send only the types in
 
 from __future__ import annotations
 
-import heapq
 import os
-import queue
-import signal
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, ClassVar, TypeVar, cast
 
 import zmq
 from loguru import logger
 
+from actors.deferred import Deferred, DeferredPool
 from messages import events
 from messages.base import Message
 from messages.codec import Envelope, encode
 from messages.control import ErrorReply, Ping, Pong
-from runtime.liveness import Beacon
 from runtime.rate_limit import RateLimit
 from runtime.settings import Settings
 from transport.bus import Publisher
 from transport.client import Callback, Client
 from transport.peer_id import identity_of
+from transport.poll_loop import Pollable, PollLoop, Timers
 from transport.worker import Request, Worker, answer
 
 M = TypeVar("M", bound=Message)
@@ -59,19 +56,7 @@ Handler = Callable[[Any, Incoming], Message]
 MachineOf = Callable[[Any], str]
 """The machine a message speaks for (its ``machine_id``)."""
 
-
-class Deferred(Message, type_name="actor.deferred"):
-    """What a handler returns when :meth:`Actor.defer` answers later; never sent."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Done:
-    """A deferred job's outcome, handed from its worker thread to the loop."""
-
-    req: Incoming
-    reply: Message
-    then: Callable[[Message], None] | None
-    failure: str | None  # repr of the exception when the job raised
+__all__ = ["Actor", "Deferred", "Handler", "Incoming", "MachineOf"]
 
 
 class Actor:
@@ -102,17 +87,25 @@ class Actor:
         self._serving = 0  # index of the worker connection whose request is being served
         self.client = Client(self.ctx, settings.tree_mdp_endpoint)
         self.bus = Publisher(self.ctx, settings.bus_in_endpoint, source=self.service)
-        self.beacon = Beacon.from_env()
         self._handlers: dict[type[Message], Handler] = {}
-        self._timers: list[tuple[float, int, float, Callable[[float], None]]] = []
-        self._extra: dict[zmq.Socket[bytes], Callable[[], None]] = {}
-        self._stopping = False
+        self._extra: list[zmq.Socket[bytes]] = []
         self._held = False  # the request being served is answered later (defer)
-        self._pool: ThreadPoolExecutor | None = None
-        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
-        self._doorbell = f"inproc://deferred-{id(self)}"
-        self._bell: zmq.Socket[bytes] | None = None  # rung by worker threads when done
+        self._replies: list[tuple[Worker, Request, bytes]] = []  # the turn's, sent at its end
         self._refusal_log = RateLimit(2.0)  # a hostile peer must not flood the log
+        self.poll_loop = PollLoop(self.service)
+        self.timers = Timers(self.service)
+        self.deferred: DeferredPool[Incoming] = DeferredPool(
+            self.deferred_workers, self.service, self.poll_loop.wake)
+        # A turn: requests (oldest idle connection first), replies to our calls, other
+        # sockets, deferred replies, timeouts, timers; then end_turn, then the turn's replies.
+        self.poll_loop.watch(lambda: [w.socket for w in self.workers], self._serve_ready)
+        self.poll_loop.watch(lambda: (self.client.socket,), lambda _ready: self.client.drain())
+        self.poll_loop.each_turn(lambda _now: self._deliver_deferred())
+        for worker in self.workers:
+            self.poll_loop.add(worker)
+        self.poll_loop.add(self.client)
+        self.poll_loop.add(self.timers)
+        self.poll_loop.each_turn(lambda _now: self._end_turn())
         self.handle(Ping, self.on_ping)
 
     # Registration -------------------------------------------------------------------------
@@ -123,12 +116,12 @@ class Actor:
 
     def every(self, interval_s: float, callback: Callable[[float], None]) -> None:
         """Call ``callback(now)`` every ``interval_s`` seconds from the loop."""
-        heapq.heappush(self._timers, (time.monotonic() + interval_s, len(self._timers),
-                                      interval_s, callback))
+        self.timers.every(interval_s, callback)
 
     def watch(self, sock: zmq.Socket[bytes], on_readable: Callable[[], None]) -> None:
         """Poll another socket in the loop."""
-        self._extra[sock] = on_readable
+        self._extra.append(sock)
+        self.poll_loop.watch(lambda: (sock,), lambda _ready: on_readable())
 
     def call(self, service: str, message: Message, callback: Callback,
              timeout_s: float = 2.5, retries: int = 2) -> str:
@@ -148,50 +141,11 @@ class Actor:
         not thread-safe). ``work`` must not touch the actor's sockets. A ``work`` that
         raises is answered like a raising handler: ErrorReply ``internal_error``.
         """
-        if self._pool is None:
-            self._bell = self.ctx.socket(zmq.PULL)
-            self._bell.bind(self._doorbell)
-            self.watch(self._bell, self._deliver_deferred)
-            self._pool = ThreadPoolExecutor(self.deferred_workers,
-                                            thread_name_prefix=f"{self.service}-deferred")
-        self._pool.submit(self._run_deferred, req, work, then)
-        return Deferred()
-
-    def _run_deferred(self, req: Incoming, work: Callable[[], Message],
-                      then: Callable[[Message], None] | None) -> None:
-        """On a worker thread: do the work, queue the outcome, ring the loop's doorbell."""
-        failure = None
-        try:
-            reply = work()
-        except Exception as exc:
-            logger.exception("{}: a deferred request failed", self.service)
-            failure = repr(exc)
-            reply = ErrorReply(code="internal_error", message=failure[:1000])
-        self._done.put(_Done(req, reply, then, failure))
-        try:
-            bell: zmq.Socket[bytes] = self.ctx.socket(zmq.PUSH)
-        except zmq.ZMQError:
-            return  # the actor is stopping: nobody is left to answer
-        try:
-            bell.connect(self._doorbell)
-            bell.send(b"", zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # the loop still finds the outcome at its next turn
-        finally:
-            bell.close(0)
+        return self.deferred.submit(req, work, then)
 
     def _deliver_deferred(self) -> None:
         """On the loop: send every finished deferred reply."""
-        while self._bell is not None:
-            try:
-                self._bell.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-        while True:
-            try:
-                done = self._done.get_nowait()
-            except queue.Empty:
-                return
+        for done in self.deferred.finished():
             reply = done.reply
             if done.failure is not None:
                 self._refused("internal_error", done.failure)
@@ -270,75 +224,36 @@ class Actor:
         self.publish(events.BAD_MESSAGE, service=self.service, reason=reason,
                      detail=detail[:500])
 
-    def _stop(self, signum: int, _frame: FrameType | None) -> None:
-        logger.info("{}: got signal {}, stopping", self.service, signal.Signals(signum).name)
-        self._stopping = True
-
     def stop(self) -> None:
-        self._stopping = True
+        self.poll_loop.stop()
 
-    def _run_timers(self, now: float) -> None:
-        while self._timers and self._timers[0][0] <= now:
-            _due, seq, interval, callback = heapq.heappop(self._timers)
-            try:
-                callback(now)
-            except Exception:
-                logger.exception("{}: timer failed", self.service)
-            heapq.heappush(self._timers, (now + interval, seq, interval, callback))
+    def _serve_ready(self, ready: Collection[Pollable]) -> None:
+        """Serve the requests of the readable worker connections, oldest idle first: the
+        order the broker handed them their requests. Their replies wait for the turn's end."""
+        for index in sorted(range(len(self.workers)), key=lambda i: self.workers[i].idle_since):
+            worker = self.workers[index]
+            if worker.socket not in ready:
+                continue
+            self._serving = index
+            for request in worker.drain():
+                self._held = False
+                reply = self.serve(request)
+                if not self._held:  # else defer() answers when its job is done
+                    self._replies.append((worker, request, reply))
+        self._serving = 0
 
-    def _timeout_ms(self, now: float) -> int:
-        deadlines = [*(w.next_deadline() for w in self.workers), now + 0.25]
-        if (client_deadline := self.client.next_deadline()) is not None:
-            deadlines.append(client_deadline)
-        if self._timers:
-            deadlines.append(self._timers[0][0])
-        return max(0, int((min(deadlines) - now) * 1000) + 1)
+    def _end_turn(self) -> None:
+        self.end_turn()
+        replies, self._replies = self._replies, []
+        for worker, request, reply in replies:
+            worker.reply(request, reply)
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
         logger.info("{}: serving on {}", self.service, self.settings.tree_mdp_endpoint)
         self.on_start()
-        poller, polled = zmq.Poller(), None
         try:
-            while not self._stopping:
-                sockets = (*(w.socket for w in self.workers), self.client.socket,
-                           *self._extra)
-                if sockets != polled:
-                    poller, polled = zmq.Poller(), sockets
-                    for sock in sockets:
-                        poller.register(sock, zmq.POLLIN)
-                ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
-                replies: list[tuple[Worker, Request, bytes]] = []
-                # Oldest idle first: the order the broker handed them their requests.
-                for index in sorted(range(len(self.workers)),
-                                    key=lambda i: self.workers[i].idle_since):
-                    worker = self.workers[index]
-                    if worker.socket not in ready:
-                        continue
-                    self._serving = index
-                    for request in worker.drain():
-                        self._held = False
-                        reply = self.serve(request)
-                        if not self._held:  # else defer() answers when its job is done
-                            replies.append((worker, request, reply))
-                self._serving = 0
-                if self.client.socket in ready:
-                    self.client.drain()
-                for sock, on_readable in list(self._extra.items()):
-                    if sock in ready:
-                        on_readable()
-                if not self._done.empty():  # a doorbell lost to a race: deliver anyway
-                    self._deliver_deferred()
-                now = time.monotonic()
-                for worker in self.workers:
-                    worker.tick(now)
-                self.client.tick(now)
-                self._run_timers(now)
-                self.end_turn()
-                for worker, request, reply in replies:
-                    worker.reply(request, reply)
-                self.beacon.beat()
+            with self.poll_loop.signals():
+                self.poll_loop.run()
         finally:
             self.on_stop()
             self.close()
@@ -348,8 +263,7 @@ class Actor:
     def close(self) -> None:
         """Release the threads and sockets; :meth:`run` ends with it, and so must anyone who
         calls :meth:`serve` in-process (tests)."""
-        if self._pool is not None:  # running jobs end by themselves (their deadline)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.deferred.close()
         for worker in self.workers:
             worker.close()
         self.client.close()

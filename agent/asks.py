@@ -1,8 +1,10 @@
 """What the agent asks the dispatcher: reports, claims, progress and hello.
 
-Each is a request to the ``dispatcher`` service kept in the agent's :class:`Retrying`
-outbox and sent again until it is answered as hoped (a report until its ack, which the
-ledger records). The agent process (process.py) decides when to ask; this says what.
+Each is a request to the ``dispatcher`` service, encoded once and kept in the agent's
+retrying :class:`~agent.outbox.Outbox`, sent again until it is answered as hoped (a report
+until its ack, which the ledger records). A report is sent as the ledger recorded it (its
+bytes and envelope id), never encoded again. The agent process (process.py) decides when to
+ask; this says what.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ from typing import Any
 
 from loguru import logger
 
-from agent.ledger import Ledger
-from agent.reports import Retrying
+from agent.ledger import Ledger, OutboxReport
+from agent.outbox import OnReply, Outbox
 from messages.base import Message
-from messages.codec import decode, new_id
+from messages.codec import encode, new_id
 from messages.control import ErrorReply
 from messages.dispatch import (
     ActionProgress,
-    ActionReport,
     AgentHello,
     ClaimAttempt,
     ClaimReply,
@@ -39,15 +40,19 @@ CLAIM_WAIT_MAX_S = 0.5
 class Asks:
     """The agent's requests to the dispatcher, through ``outbox``."""
 
-    def __init__(self, outbox: Retrying, ledger: Ledger, machine_id: str) -> None:
+    def __init__(self, outbox: Outbox, ledger: Ledger, machine_id: str) -> None:
         self.outbox = outbox
         self.ledger = ledger
         self.machine_id = machine_id
 
-    def report(self, report: ActionReport, data: bytes) -> None:
-        """Send ``report`` (encoded as ``data``, kept in the ledger) until it is acked."""
-        msg_id = decode(data, limit=len(data) + 1).id
-        replay_id, action_id, attempt_id = report.replay_id, report.action_id, report.attempt_id
+    def _ask(self, key: str, message: Message, on_reply: OnReply,
+             delay_s: float = 0.0) -> None:
+        msg_id = new_id()
+        self.outbox.send(key, DISPATCHER, encode(message, msg_id), msg_id, on_reply, delay_s)
+
+    def report(self, sent: OutboxReport) -> None:
+        """Send the report ``sent`` (as the ledger recorded it) until it is acked."""
+        replay_id, action_id, attempt_id = sent.replay_id, sent.action_id, sent.attempt_id
 
         def on_reply(body: Message) -> bool:
             if isinstance(body, ReportAck) and (body.action_id, body.attempt_id) == (
@@ -65,7 +70,7 @@ class Asks:
 
         # One pending report per action of a replay: a newer attempt's report replaces an
         # older one, another replay's report of the same step does not.
-        self.outbox.send(f"report:{replay_id}:{action_id}", DISPATCHER, report, msg_id,
+        self.outbox.send(f"report:{replay_id}:{action_id}", DISPATCHER, sent.data, sent.msg_id,
                          on_reply)
 
     def claim(self, dispatch: DispatchAction, done: Callable[[bool, str | None], None],
@@ -91,8 +96,7 @@ class Asks:
             return True
 
         # Keyed by attempt: the claim of the next attempt may be sent from this one's answer.
-        self.outbox.send(f"claim:{dispatch.attempt_id}", DISPATCHER, claim, new_id(), on_reply,
-                         delay_s=wait_s)
+        self._ask(f"claim:{dispatch.attempt_id}", claim, on_reply, delay_s=wait_s)
 
     def progress(self, dispatch: DispatchAction, info: dict[str, Any]) -> None:
         """Tell that ``dispatch`` is still under way (waiting for a person, ``info``)."""
@@ -104,8 +108,7 @@ class Asks:
             state=str(info.get("state", "in_progress"))[:64],
             detail={k: v for k, v in info.items() if k != "state"},
             hold_s=min(max(hold, 0.0), 3600.0))
-        self.outbox.send(f"progress:{dispatch.attempt_id}", DISPATCHER, progress,
-                         new_id(), lambda _body: True)
+        self._ask(f"progress:{dispatch.attempt_id}", progress, lambda _body: True)
 
     def hello(self, instance_id: str, holding: list[str]) -> None:
         """Say we are here, and which attempts we hold (``holding`` and the reports not
@@ -122,4 +125,4 @@ class Asks:
                 logger.info("dispatcher answered hello")
             return True  # any answer means a dispatcher heard us
 
-        self.outbox.send("hello", DISPATCHER, hello, new_id(), on_reply)
+        self._ask("hello", hello, on_reply)

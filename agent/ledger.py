@@ -121,9 +121,37 @@ class LedgerEntry:
         return self.replay_id, self.action_id
 
 
-def encode_report(report: ActionReport, msg_id: str | None = None) -> bytes:
-    """The wire bytes of ``report``; the envelope id stays the same across retries."""
-    return encode(report, msg_id or new_id())
+@dataclass(frozen=True, slots=True)
+class OutboxReport:
+    """A report encoded once, as the outbox holds it and the agent sends it until acked:
+    the action and attempt it answers, its envelope id (the same across retries) and its
+    wire bytes."""
+
+    replay_id: str
+    action_id: str
+    attempt_id: str
+    msg_id: str
+    data: bytes
+
+
+def encode_report(report: ActionReport, msg_id: str | None = None) -> OutboxReport:
+    """``report`` encoded, in a new envelope unless ``msg_id`` is given."""
+    msg_id = msg_id or new_id()
+    return OutboxReport(report.replay_id, report.action_id, report.attempt_id, msg_id,
+                        encode(report, msg_id))
+
+
+def outbox_report(entry: LedgerEntry) -> OutboxReport:
+    """The report waiting in ``entry``'s outbox (after a restart), as it was first sent.
+
+    Raises ``ValueError`` (a :class:`~messages.codec.MessageError` among them) when the
+    bytes are not a report, and ``LookupError`` when the outbox is empty.
+    """
+    if entry.outbox is None or entry.outbox_attempt is None:
+        raise LookupError(f"no report waits in the outbox of {entry.action_id!r}")
+    msg_id, _report = decode_report(entry.outbox)
+    return OutboxReport(entry.replay_id, entry.action_id, entry.outbox_attempt, msg_id,
+                        entry.outbox)
 
 
 def decode_report(data: bytes) -> tuple[str, ActionReport]:
@@ -211,32 +239,30 @@ class Ledger:
         db.executemany("DELETE FROM actions WHERE seq = ?", [(v[0],) for v in victims])
 
     def finish(self, replay_id: str, action_id: str, report: ActionReport,
-               now: float | None = None) -> bytes:
-        """Mark the action finished with ``report``, which also goes to the outbox.
-
-        Returns the encoded report (the outbox bytes).
-        """
+               now: float | None = None) -> OutboxReport:
+        """Mark the action finished with ``report``, which also goes to the outbox; durable
+        on return. Returns the report as recorded, to send as it is."""
         if (report.replay_id, report.action_id) != (replay_id, action_id):
             raise ValueError(f"the report of {report.action_id!r} (replay"
                              f" {report.replay_id!r}) cannot finish {action_id!r}"
                              f" (replay {replay_id!r})")
         now = time.time() if now is None else now
-        data = encode_report(report)
+        sent = encode_report(report)
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE actions SET state = 'finished', finished_at = ?, report = ?,"
                 " outbox = ?, outbox_attempt = ?, acked_at = NULL"
                 f" WHERE replay_id = ? AND action_id = ? AND {_EXECUTED}",
-                (now, data, data, report.attempt_id, replay_id, action_id))
+                (now, sent.data, sent.data, report.attempt_id, replay_id, action_id))
             if cur.rowcount != 1:
                 raise KeyError(f"action {action_id!r} of replay {replay_id!r} is not in the"
                                " ledger (or is an alias)")
-        return data
+        return sent
 
     def queue_report(self, report: ActionReport, answered_by: str | None = None,
-                     now: float | None = None) -> bytes:
+                     now: float | None = None) -> OutboxReport:
         """Put ``report`` (e.g. re-addressed to a newer attempt) in the outbox of its action,
-        the row of its ``(replay_id, action_id)``.
+        the row of its ``(replay_id, action_id)``; durable on return, returned as recorded.
 
         It replaces an unacked older one: only the newest attempt is current for the
         dispatcher, so an older copy would only be recorded as stale. ``answered_by``: the
@@ -244,7 +270,7 @@ class Ledger:
         action if it is not in the ledger yet.
         """
         now = time.time() if now is None else now
-        data = encode_report(report)
+        sent = encode_report(report)
         with self._tx() as db:
             if answered_by is not None:
                 db.execute(
@@ -257,11 +283,11 @@ class Ledger:
             cur = db.execute(
                 "UPDATE actions SET outbox = ?, outbox_attempt = ?, acked_at = NULL"
                 " WHERE replay_id = ? AND action_id = ? AND state = 'finished'",
-                (data, report.attempt_id, report.replay_id, report.action_id))
+                (sent.data, report.attempt_id, report.replay_id, report.action_id))
             if cur.rowcount != 1:
                 raise KeyError(f"action {report.action_id!r} of replay {report.replay_id!r}"
                                " is not finished in the ledger")
-        return data
+        return sent
 
     def acked(self, replay_id: str, action_id: str, attempt_id: str,
               now: float | None = None) -> bool:

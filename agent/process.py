@@ -23,20 +23,16 @@ The agent never pauses by itself (C5): pauses are the dispatcher's decision.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import queue
 import re
-import signal
-import socket
 import sqlite3
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Collection
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import zmq
@@ -48,31 +44,27 @@ from agent.curve import EXIT, EXIT_REFUSED, CurveLink
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
 from agent.heartbeat import Heartbeats
-from agent.ledger import Ledger, LedgerLocked, LedgerVersionError, decode_report
+from agent.ledger import Ledger, LedgerLocked, LedgerVersionError, outbox_report
+from agent.outbox import Outbox
 from agent.pause_notice import PauseNotices
-from agent.reports import Retrying
 from agent.screen.probe import probe_for
 from agent.serve import Intake
 from agent.session_end import SessionEnd
 from messages.base import Message
-from messages.codec import Envelope, MessageError
+from messages.codec import Envelope
 from messages.control import ErrorReply, Ping, Pong
-from messages.dispatch import (
-    ActionReport,
-    DispatchAction,
-)
+from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.safety import CaptureScreen, ScreenCaptured
-from runtime.liveness import Beacon
 from runtime.settings import Settings
 from transport.client import Client
 from transport.peer_id import identity_of
+from transport.poll_loop import Pollable, PollLoop
 from transport.worker import Request, Worker, answer
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SHUTDOWN_GRACE_S = 3.0
 """On SIGTERM, how long an action in progress may take to finish before we leave anyway."""
-LOOP_WAIT_S = 0.25
 
 
 class AgentError(RuntimeError):
@@ -87,10 +79,11 @@ class Agent:
 
     # Opened by run(), which owns them from start to end.
     ledger: Ledger
-    intake: Intake
     ctx: zmq.Context[Any]
     client: Client
-    outbox: Retrying
+    outbox: Outbox  # requests to the dispatcher, sent again until answered
+    asks: Asks  # what goes in it: reports, claims, progress, hello
+    intake: Intake  # what is done with each dispatch
     worker: Worker
     heartbeats: Heartbeats  # screen heartbeats to monitor_router (agent/heartbeat.py)
     pauses: PauseNotices  # pause messages shown to the person (agent/pause_notice.py)
@@ -111,7 +104,7 @@ class Agent:
         self.exit_code = 0
         self.instance_id = uuid.uuid4().hex
         self.started_at = time.time()
-        self._stopping = False
+        self.poll_loop = PollLoop(self.service)
         self._grace_until = 0.0
         self._jobs: queue.Queue[DispatchAction | None] = queue.Queue()
         self._done: queue.Queue[_Done] = queue.Queue()
@@ -119,12 +112,6 @@ class Agent:
         self._progress: queue.Queue[tuple[DispatchAction, dict[str, Any]]] = queue.Queue()
         if hasattr(executor, "on_progress"):
             executor.on_progress = self._on_progress
-        # Wakes the main loop's poll from the execution thread and on a signal. A socket
-        # pair, not a pipe: on Windows zmq can poll sockets only, and signal.set_wakeup_fd
-        # takes only a socket there.
-        self._wake_r, self._wake_w = socket.socketpair()
-        for sock in (self._wake_r, self._wake_w):
-            sock.setblocking(False)
         self._console = ConsoleStop(self._request_stop, SHUTDOWN_GRACE_S + 1.0)
         self._session_end = SessionEnd(self._request_stop, SHUTDOWN_GRACE_S + 1.0)
 
@@ -139,16 +126,7 @@ class Agent:
                 outcome = ActionOutcome.failure(
                     f"executor_error:{type(exc).__name__}: {exc}"[:300])
             self._done.put((dispatch, outcome, time.time()))
-            self._wake()
-
-    def _wake(self) -> None:
-        """Make the main loop's poll return (from the execution thread)."""
-        try:
-            self._wake_w.send(b"d")
-        except BlockingIOError:
-            pass  # a wake-up is already pending
-        except OSError:
-            logger.exception("cannot wake the main loop")
+            self.poll_loop.wake()
 
     # Requests -------------------------------------------------------------------------------
 
@@ -202,7 +180,7 @@ class Agent:
     def _on_progress(self, dispatch: DispatchAction, info: dict[str, Any]) -> None:
         """From the execution thread: hand to the main loop, which owns the sockets."""
         self._progress.put((dispatch, info))
-        self._wake()
+        self.poll_loop.wake()
 
     def _send_progress(self) -> None:
         while True:
@@ -220,21 +198,17 @@ class Agent:
                 return
             self.intake.finish(dispatch, outcome, executed_at)
 
-    # Reports, claims and hello (agent/asks.py) ----------------------------------------------
+    # The report path -----------------------------------------------------------------------
 
-    @functools.cached_property
-    def asks(self) -> Asks:
-        return Asks(self.outbox, self.ledger, self.machine_id)
-
-    def _send_report(self, report: ActionReport, data: bytes) -> None:
-        self.asks.report(report, data)
-
-    def _claim(self, dispatch: DispatchAction,
-               done: Callable[[bool, str | None], None]) -> None:
-        self.asks.claim(dispatch, done)
-
-    def _hello(self) -> None:
-        self.asks.hello(self.instance_id, self.intake.holding())
+    def _wire(self, ledger: Ledger, client: Client) -> None:
+        """What the agent asks through ``client`` (agent/asks.py), and the intake that
+        records each action in ``ledger`` before it runs and its report before it is sent."""
+        self.ledger, self.client = ledger, client
+        self.outbox = Outbox(client)
+        self.asks = Asks(self.outbox, ledger, self.machine_id)
+        self.intake = Intake(ledger, self.machine_id, self.service, self._jobs.put,
+                             self.asks.report, lambda: self.poll_loop.stopping,
+                             self.asks.claim, self.instance_id)
 
     # Startup and the loop -------------------------------------------------------------------
 
@@ -242,33 +216,27 @@ class Agent:
         for entry in self.ledger.unfinished():
             self.intake.after_restart(entry)
         for entry in self.ledger.unacked():
-            assert entry.outbox is not None
             try:
-                _msg_id, report = decode_report(entry.outbox)
-            except (MessageError, ValueError):
+                sent = outbox_report(entry)  # the very bytes first sent, same envelope id
+            except (LookupError, ValueError):
                 logger.exception("unreadable report of {} in the ledger", entry.action_id)
                 continue
             logger.info("re-sending the unacked report of {}", entry.action_id)
-            self._send_report(report, entry.outbox)
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self._request_stop(signal.Signals(signum).name)
+            self.asks.report(sent)
 
     def _request_stop(self, reason: str) -> None:
         """A signal (SIGTERM, SIGINT; Windows: SIGBREAK) or, on Windows, a console close /
         log-off / shutdown (agent/console_stop.py, on a thread of the system's; or
         agent/session_end.py, on its window's thread)."""
-        logger.info("{}: got {}, stopping", self.service, reason)
-        if not self._stopping:
-            self._stopping = True
+        if not self.poll_loop.stopping:
             self._grace_until = time.monotonic() + SHUTDOWN_GRACE_S
-        self._wake()
+        self.poll_loop.stop(reason)
 
     def run(self) -> int:
         """Serve until SIGTERM / SIGINT; 0 on a clean stop, 2 if the agent cannot start,
         EXIT_REFUSED if the broker refused its CURVE key (with --exit-on-auth-failure)."""
         try:
-            self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
+            ledger = Ledger(self.data_dir / "ledger.sqlite3")
         except (LedgerLocked, LedgerVersionError) as exc:
             logger.error("{}", exc)
             return 2
@@ -286,39 +254,31 @@ class Agent:
             logger.error("cannot open the ledger in {}: {}; move it away to start afresh"
                          " (its actions could then run twice)", self.data_dir, exc)
             return 2
-        self.intake = Intake(self.ledger, self.machine_id, self.service, self._jobs.put,
-                             self._send_report, lambda: self._stopping, self._claim,
-                             self.instance_id)
         in_main = threading.current_thread() is threading.main_thread()
-        if in_main:
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-            if sys.platform == "win32":
-                signal.signal(signal.SIGBREAK, self._on_signal)  # Ctrl-Break
-                self._console.install()
-                if not self._session_end.install():
-                    logger.warning("no stop at log-off / shutdown: {}", self._session_end.error)
-            # The poll returns at once on a signal instead of after its timeout.
-            signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        if in_main and sys.platform == "win32":
+            self._console.install()
+            if not self._session_end.install():
+                logger.warning("no stop at log-off / shutdown: {}", self._session_end.error)
         self.ctx = zmq.Context()
         setup = self.link.setup if self.link is not None else None
-        self.client = Client(self.ctx, self.settings.mdp_endpoint, setup)
-        self.outbox = Retrying(self.client)
+        self._wire(ledger, Client(self.ctx, self.settings.mdp_endpoint, setup))
         self.heartbeats = Heartbeats(self.machine_id, self.client, probe_for(self.executor))
         self.pauses = PauseNotices(self.executor.name)
         worker: Worker | None = None
         thread = threading.Thread(target=self._execution_loop, name="execution", daemon=True)
         try:
-            self._resume_ledger()
-            self.worker = worker = Worker(
-                self.ctx, self.settings.mdp_endpoint, self.service,
-                self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness, setup)
-            thread.start()
-            self.heartbeats.start()
-            logger.info("{}: serving on {} (executor {}, ledger {}, instance {})",
-                        self.service, self.settings.mdp_endpoint, self.executor.name,
-                        self.ledger.path, self.instance_id)
-            self._loop()
+            with self.poll_loop.signals(self._request_stop):
+                self._resume_ledger()
+                self.worker = worker = Worker(
+                    self.ctx, self.settings.mdp_endpoint, self.service,
+                    self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness,
+                    setup)
+                thread.start()
+                self.heartbeats.start()
+                logger.info("{}: serving on {} (executor {}, ledger {}, instance {})",
+                            self.service, self.settings.mdp_endpoint, self.executor.name,
+                            self.ledger.path, self.instance_id)
+                self._serve_loop()
         finally:
             if self.intake.executing is not None:
                 logger.warning("{} still executing at exit: it will be reported indeterminate"
@@ -326,8 +286,6 @@ class Agent:
             self._jobs.put(None)
             self.heartbeats.stop()
             self.pauses.close()
-            if in_main:
-                signal.set_wakeup_fd(-1)
             if self.link is not None:
                 self.link.close()
             if worker is not None:
@@ -335,8 +293,6 @@ class Agent:
             self.client.close()
             self.ctx.term()
             self.ledger.close()
-            # The wake-up sockets stay open: a still-running execution thread may write to
-            # them, and a closed fd number could by then name another file.
             logger.info("{}: stopped", self.service)
             # Last: a console close or session end waiting for us then lets Windows end the
             # process, which may happen at once.
@@ -344,53 +300,52 @@ class Agent:
             self._session_end.stopped()
         return self.exit_code
 
-    def _loop(self) -> None:
-        beacon = Beacon.from_env()
-        poller, polled = zmq.Poller(), None
-        connections = 0
-        while not (self._stopping and (self.intake.executing is None
-                                       or time.monotonic() > self._grace_until)):
-            if self.worker.connections != connections:
-                connections = self.worker.connections
-                self._hello()  # at start and after each reconnection: resend what's ours
-            sockets = (self.worker.socket, self.client.socket)
-            if sockets != polled:
-                poller, polled = zmq.Poller(), sockets
-                for sock in (*sockets, self._wake_r.fileno()):
-                    poller.register(sock, zmq.POLLIN)
-            ready = dict(poller.poll(self._timeout_ms(time.monotonic())))
-            if self.worker.socket in ready:
-                for request in self.worker.drain():
-                    self.worker.reply(request, self._serve(request))
-            if self.client.socket in ready:
-                self.client.drain()
-            if self._wake_r.fileno() in ready:
-                _drain(self._wake_r)
-            self._collect_done()
-            self._send_progress()
-            now = time.monotonic()
-            self.worker.tick(now)
-            self.client.tick(now)
-            self.outbox.tick(now)
-            self.heartbeats.tick(now)
-            if self.link is not None and (due := self.link.tick(now)) is not None:
-                self._relink(due)
-            beacon.beat()
+    def _serve_loop(self) -> None:
+        """Serve on the loop (transport/poll_loop.py) until a stop, then while an action in
+        progress has its grace."""
+        poll_loop, worker, client = self.poll_loop, self.worker, self.client
+        poll_loop.watch(lambda: (worker.socket,), self._serve_ready)
+        poll_loop.watch(lambda: (client.socket,), lambda _ready: client.drain())
+        poll_loop.each_turn(self._collect)
+        poll_loop.add(worker)
+        poll_loop.add(client)
+        poll_loop.add(self.outbox)
+        poll_loop.each_turn(self.heartbeats.tick)
+        if (link := self.link) is not None:
+            poll_loop.each_turn(lambda now: self._relink(link.tick(now)))
+        greeted = 0  # the worker connection our last hello went out on
 
-    def _relink(self, due: str) -> None:
+        def hello(_now: float) -> None:
+            # At start and after each reconnection: the dispatcher resends what is ours.
+            nonlocal greeted
+            if worker.connections != greeted:
+                greeted = worker.connections
+                self.asks.hello(self.instance_id, self.intake.holding())
+
+        hello(0.0)
+        poll_loop.each_turn(hello)
+        poll_loop.run(linger=lambda: (self.intake.executing is not None
+                                      and time.monotonic() <= self._grace_until))
+
+    def _serve_ready(self, _ready: Collection[Pollable]) -> None:
+        for request in self.worker.drain():
+            self.worker.reply(request, self._serve(request))
+
+    def _collect(self, _now: float) -> None:
+        """What the execution thread handed over: finished actions, then progress."""
+        self._collect_done()
+        self._send_progress()
+
+    def _relink(self, due: str | None) -> None:
         """The broker refused our handshake (agent/curve.py): new sockets, or stop."""
+        if due is None:
+            return
         if due == EXIT:
-            self.exit_code, self._stopping = EXIT_REFUSED, True
+            self.exit_code = EXIT_REFUSED
+            self.poll_loop.stop()
         else:
             self.worker.reconnect("CURVE handshake refused")
             self.client.reconnect()
-
-    def _timeout_ms(self, now: float) -> int:
-        deadlines = [self.worker.next_deadline(), now + LOOP_WAIT_S]
-        for deadline in (self.client.next_deadline(), self.outbox.next_deadline()):
-            if deadline is not None:
-                deadlines.append(deadline)
-        return max(0, int((min(deadlines) - now) * 1000) + 1)
 
 
 def _unwritable(exc: OSError | sqlite3.Error) -> bool:
@@ -403,10 +358,3 @@ def _unwritable(exc: OSError | sqlite3.Error) -> bool:
     return any(word in text for word in ("readonly", "read-only", "disk is full",
                                          "unable to open", "disk i/o error"))
 
-
-def _drain(sock: socket.socket) -> None:
-    try:
-        while sock.recv(4096):
-            pass
-    except BlockingIOError:
-        pass

@@ -23,12 +23,18 @@ from collections.abc import Callable
 from loguru import logger
 
 from agent.executors.base import ActionOutcome
-from agent.ledger import Ledger, LedgerConflict, LedgerEntry, decode_report
+from agent.ledger import (
+    Ledger,
+    LedgerConflict,
+    LedgerEntry,
+    OutboxReport,
+    decode_report,
+    encode_report,
+)
 from agent.reports import build_report, indeterminate_report, readdress
 from messages.base import Message
-from messages.codec import encode, new_id
 from messages.control import ErrorReply
-from messages.dispatch import ActionReceived, ActionReport, DispatchAction
+from messages.dispatch import ActionReceived, DispatchAction
 from messages.workflow import INPUT_TYPES
 
 MAX_QUEUED = 64
@@ -36,8 +42,8 @@ MAX_QUEUED = 64
 
 Key = tuple[str, str]
 """``(replay_id, action_id)``: what identifies an action to the agent and its ledger."""
-SendReport = Callable[[ActionReport, bytes], None]
-"""Send a report (its encoded bytes, as kept in the ledger) until the dispatcher acks it."""
+SendReport = Callable[[OutboxReport], None]
+"""Send a report (as the ledger recorded it) until the dispatcher acks it."""
 Claim = Callable[[DispatchAction, Callable[[bool, str | None], None]], None]
 """Ask the dispatcher whether this attempt may run now; the callback gets (granted, why)."""
 
@@ -145,7 +151,7 @@ class Intake:
                        " attempt {} with its report", action_id,
                        "" if own else f" as {owner.action_id}", owner.attempt_id,
                        original.error or "done", dispatch.attempt_id)
-        self._send(report, self.ledger.queue_report(
+        self._send(self.ledger.queue_report(
             report, answered_by=None if own else owner.action_id))
 
     def start_next(self) -> None:
@@ -196,7 +202,7 @@ class Intake:
             logger.exception("ledger write failed for {}", dispatch.action.action_id)
             report = build_report(dispatch, ActionOutcome.failure(
                 f"ledger_error:{exc}"[:300], needs_human=True))
-            self._send(report, encode(report, new_id()))
+            self._send(encode_report(report))  # nothing ran: there is nothing to record
             self.current = None
             return
         logger.info("executing {} {}", dispatch.action.type, dispatch.action.action_id)
@@ -222,15 +228,15 @@ class Intake:
         logger.info("{} done: success={} error={} warning={}", action_id, report.success,
                     report.error, report.warning)
         try:
-            data = self.ledger.finish(dispatch.replay_id, action_id, report)
+            sent = self.ledger.finish(dispatch.replay_id, action_id, report)
             newer = self._newer.pop(key(dispatch), None)
             if newer is not None:
                 report = readdress(report, newer)
-                data = self.ledger.queue_report(report)
+                sent = self.ledger.queue_report(report)
         except Exception:  # C1: the report goes out even if the disk fails us
             logger.exception("recording {} in the ledger failed; reporting anyway", action_id)
-            data = encode(report, new_id())
-        self._send(report, data)
+            sent = encode_report(report)
+        self._send(sent)
         self.start_next()
 
     def after_restart(self, entry: LedgerEntry) -> LedgerEntry | None:

@@ -30,8 +30,6 @@ from agent.executors.simulated import SimulatedExecutor
 from agent.ledger import Ledger
 from agent.pause_notice import PauseNotices
 from agent.process import Agent
-from agent.reports import Retrying
-from agent.serve import Intake
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import Ping
@@ -110,7 +108,7 @@ class ActorTarget(Target):
         if not actor._held:
             return _served(raw)
         try:
-            done = actor._done.get(timeout=DEFERRED_TIMEOUT_S)
+            done = actor.deferred.wait(DEFERRED_TIMEOUT_S)
         except queue.Empty:
             raise AssertionError(f"{self.name}: no deferred answer within "
                                  f"{DEFERRED_TIMEOUT_S} s (a hang)") from None
@@ -138,13 +136,8 @@ class AgentTarget(Target):
         self.agent = agent = Agent(settings, AGENT_MACHINE, executor, data_dir=data_dir)
         self.handled = AGENT_TAKES  # not an Actor: its _dispatch names what it takes
         self.agent_requests = {Ping: None}
-        agent.ledger = Ledger(data_dir / "ledger.sqlite3")
-        agent.intake = Intake(agent.ledger, agent.machine_id, agent.service, agent._jobs.put,
-                              agent._send_report, lambda: agent._stopping, agent._claim,
-                              agent.instance_id)
         agent.ctx = zmq.Context()
-        agent.client = Client(agent.ctx, settings.mdp_endpoint)
-        agent.outbox = Retrying(agent.client)
+        agent._wire(Ledger(data_dir / "ledger.sqlite3"), Client(agent.ctx, settings.mdp_endpoint))
         agent.pauses = PauseNotices(executor.name, mode="off")
         self.clock = time.monotonic()
         self._thread = threading.Thread(target=agent._execution_loop, daemon=True)

@@ -85,8 +85,14 @@ class Client:
         A retry re-sends the same bytes with the same id, so receivers can deduplicate.
         """
         msg_id = msg_id or new_id()
-        pending = _Pending(service.encode(), encode(message, msg_id), timeout_s, retries,
-                           callback)
+        return self.call_encoded(service, encode(message, msg_id), msg_id, callback,
+                                 timeout_s, retries)
+
+    def call_encoded(self, service: str, payload: bytes, msg_id: str, callback: Callback,
+                     timeout_s: float = 2.5, retries: int = 2) -> str:
+        """As :meth:`call`, with the message already encoded in ``payload``, whose envelope
+        id is ``msg_id`` (the reply is matched by it)."""
+        pending = _Pending(service.encode(), payload, timeout_s, retries, callback)
         self._pending[msg_id] = pending
         self._send(msg_id, pending, time.monotonic())
         return msg_id

@@ -18,11 +18,12 @@ from agent.ledger import (
     LedgerLocked,
     LedgerVersionError,
     decode_report,
+    outbox_report,
 )
+from agent.outbox import backoff
 from agent.reports import (
     ALREADY_EXECUTED,
     INDETERMINATE,
-    backoff,
     indeterminate_report,
     readdress,
 )
@@ -73,11 +74,16 @@ def test_begin_then_finish_keeps_the_report(ledger: Ledger) -> None:
     assert [e.action_id for e in ledger.unfinished()] == ["step_1"]
 
     sent = report(d, warning="no_screen_change")
-    data = ledger.finish("replay_1", "step_1", sent)
+    recorded = ledger.finish("replay_1", "step_1", sent)
+    data = recorded.data
     entry = ledger.lookup("replay_1", "step_1")
     assert entry is not None and entry.finished and entry.finished_at is not None
     assert entry.report == data and entry.outbox == data and entry.outbox_attempt == "att_1"
-    assert decode_report(data)[1] == sent
+    assert decode_report(data) == (recorded.msg_id, sent)
+    # After a restart the outbox gives back the very report sent: same bytes, same id.
+    assert outbox_report(entry) == recorded
+    assert (recorded.replay_id, recorded.action_id, recorded.attempt_id) == (
+        "replay_1", "step_1", "att_1")
     assert ledger.unfinished() == []
     assert [e.action_id for e in ledger.unacked()] == ["step_1"]
 

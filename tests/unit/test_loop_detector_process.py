@@ -56,7 +56,7 @@ def deferred_replies(a: LoopDetectorActor, count: int) -> list[Message]:
     """The next ``count`` answers of the worker thread, in the order it gave them."""
     out = []
     for _ in range(count):
-        done = a._done.get(timeout=30)
+        done = a.deferred.wait(30)
         assert done.failure is None, done.failure
         out.append(done.reply)
     return out
@@ -72,7 +72,7 @@ def test_steps_without_a_screenshot_are_answered_on_the_loop(
     assert [isinstance(v, LoopVerdict) and v.detected for v in out] == [False, False, True]
     forgotten = actor.on_forget(ForgetReplay(replay_id="r1"), LOCAL)
     assert isinstance(forgotten, Ack) and forgotten.status == "forgotten"
-    assert actor._pool is None  # no hop to the worker thread was needed
+    assert not actor.deferred.started  # no hop to the worker thread was needed
 
 
 def test_a_replay_waiting_on_the_worker_keeps_its_order(actor: LoopDetectorActor) -> None:

@@ -1024,7 +1024,7 @@ def test_I2_checker_catches_two_actions_in_flight_on_one_session() -> None:
     def mutate(h: H, r: ReplayState) -> None:
         rid, _ = h.start(wf("t1"), session=r.session_id)
         h.replay(rid).inflight = InFlightEntry(act("zz"), "other", "m1", 0.0, 0.0)
-        h.core._by_attempt["other"] = rid
+        h.core.book.attempts["other"] = rid
     _broken(mutate, "I2")
 
 
@@ -1042,7 +1042,7 @@ def test_I4_checker_catches_a_finished_replay_with_leftovers() -> None:
 
 def test_I5_checker_catches_a_stale_attempt_index() -> None:
     def mutate(h: H, r: ReplayState) -> None:
-        h.core._by_attempt["ghost"] = r.replay_id
+        h.core.book.attempts["ghost"] = r.replay_id
     _broken(mutate, "I5")
 
 
@@ -1148,7 +1148,7 @@ def test_cancel_forgets_supersedes() -> None:
 
 def _persisted(h: H, store: DispatcherStore) -> None:
     for d in h.decisions:
-        store.commit_decision(h.core.replays, d)
+        store.commit_decision(d)
     h.decisions.clear()
 
 

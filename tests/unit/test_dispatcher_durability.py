@@ -34,7 +34,7 @@ def _steps(n: int) -> list[str]:
 
 
 def _report(store: DispatcherStore, h: H, rid: str, harden: bool = True) -> None:
-    store.commit_decision(h.core.replays, h.report(rid), harden=harden)
+    store.commit_decision(h.report(rid), harden=harden)
 
 
 def _count(path: Path, rid: str) -> int:
@@ -53,7 +53,7 @@ def test_a_turn_is_one_transaction_and_harden_commits_it(tmp_path: Path) -> None
     store = DispatcherStore(path, sync_interval_s=3600)  # no checkpoint meanwhile
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
-    store.commit_decision(h.core.replays, start)
+    store.commit_decision(start)
     before = store.durable_outbox_id
     for i in range(4):
         _report(store, h, rid, harden=False)
@@ -75,8 +75,8 @@ def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
     store = DispatcherStore(path)
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
-    kept = [i for i, _ in store.commit_decision(h.core.replays, start)]
-    lost = [i for i, _ in store.commit_decision(h.core.replays, h.report(rid),
+    kept = [i for i, _ in store.commit_decision(start)]
+    lost = [i for i, _ in store.commit_decision(h.report(rid),
                                                 harden=False)]
     assert lost and min(lost) > max(kept)
     store.close()  # the open turn is rolled back, as after a crash
@@ -85,7 +85,7 @@ def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
     assert [i for i, _ in again.pending_outbox()] == kept
     h2 = H()
     _rid2, start2 = h2.start(wf("t1"), mode="autonomous")
-    fresh = [i for i, _ in again.commit_decision(h2.core.replays, start2)]
+    fresh = [i for i, _ in again.commit_decision(start2)]
     assert min(fresh) > max(lost)
     again.close()
 
@@ -95,7 +95,7 @@ def test_the_syncer_checkpoints_commits_into_the_database_file(tmp_path: Path) -
     store = DispatcherStore(path, sync_interval_s=0.01)
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
-    store.commit_decision(h.core.replays, start)
+    store.commit_decision(start)
     for _ in range(4):
         _report(store, h, rid)
     wait_until(lambda: store._syncer.behind() == 0, timeout=10)
@@ -113,8 +113,8 @@ def test_performed_rows_are_deleted_by_the_next_commit(tmp_path: Path) -> None:
     store = DispatcherStore(tmp_path / DB_NAME)
     h = H()
     rid, start = h.start(wf("s1", "s2"), mode="autonomous")
-    first = store.commit_decision(h.core.replays, start)
-    second = store.commit_decision(h.core.replays, h.report(rid),
+    first = store.commit_decision(start)
+    second = store.commit_decision(h.report(rid),
                                    sent=[i for i, _ in first])
     assert [i for i, _ in store.pending_outbox()] == [i for i, _ in second]
     store.close()

@@ -3,7 +3,7 @@
 Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (one input and the time
 in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore` calls them. A report
 is followed here from its arrival (:func:`report`) to its effect on the replay
-(:func:`_apply_report`): done, retried, or paused for a person.
+(:func:`apply_report`): done, retried, or paused for a person.
 """
 
 from __future__ import annotations
@@ -56,13 +56,12 @@ def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
     tx.audit("report_received", status=status, sender_machine=sender_machine,
              report=msg.model_dump(mode="python"))
     if r is not None and entry is not None and status == "accepted":
-        _apply_report(tx, r, entry, msg)
+        apply_report(tx, r, entry, msg)
     return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
                              status=status))
 
 
-
-def _apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport) -> None:
+def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport) -> None:
     """An accepted report: the step is done, paused on, or retried; then the next one."""
     action = entry.action
     steps.untrack(tx, r)
@@ -104,7 +103,6 @@ def _apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionRepor
     steps.advance(tx, r)
 
 
-
 def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
     """May the agent perform this attempt now? Only if it is the one in flight.
 
@@ -125,7 +123,6 @@ def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
     return Decision(ClaimReply(granted=True))
 
 
-
 def progress(tx: Tx, msg: ActionProgress, sender_machine: str) -> Decision:
     """The agent says the attempt in flight is still under way, and for how long."""
     r = tx.book.current(msg.action_id, msg.attempt_id)
@@ -142,7 +139,6 @@ def progress(tx: Tx, msg: ActionProgress, sender_machine: str) -> Decision:
     tx.event(events.ACTION_PROGRESS, **info)
     tx.audit("action_progress", **info)
     return tx.done(Ack(status="noted"))
-
 
 
 def agent_hello(tx: Tx, msg: AgentHello, underway: frozenset[str] = frozenset()) -> Decision:

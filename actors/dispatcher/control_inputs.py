@@ -65,7 +65,6 @@ def start(tx: Tx, msg: StartReplay) -> Decision:
                                  status=r.status))
 
 
-
 def status(book: ReplayBook, msg: GetReplayStatus) -> Decision:
     """One replay, or all those in memory, oldest first."""
     if msg.replay_id is None:
@@ -75,7 +74,6 @@ def status(book: ReplayBook, msg: GetReplayStatus) -> Decision:
     else:
         return Decision(_not_found(msg.replay_id))
     return Decision(ReplayStatusReply(replays=[r.summary() for r in items]))
-
 
 
 def resume(tx: Tx, msg: ResumeReplay) -> Decision:
@@ -139,7 +137,6 @@ def resume(tx: Tx, msg: ResumeReplay) -> Decision:
                                  remaining_actions=remaining))
 
 
-
 def cancel(tx: Tx, msg: CancelReplay) -> Decision:
     """Cancel a running or paused replay: its queue and in-flight action are purged (I4)."""
     r = tx.book.replays.get(msg.replay_id)
@@ -170,7 +167,6 @@ def cancel(tx: Tx, msg: CancelReplay) -> Decision:
                                    status=outcome))
 
 
-
 def pause(tx: Tx, replay_id: str, reason: str, message: str,
           safety_checks: list[SafetyCheck] | None = None,
           detail: dict[str, Any] | None = None) -> Decision:
@@ -188,7 +184,6 @@ def pause(tx: Tx, replay_id: str, reason: str, message: str,
     inflight = r.inflight.action.action_id if r.inflight is not None else None
     return tx.done(Ack(status="paused", detail={"replay_id": replay_id,
                                                 "inflight_action_id": inflight}))
-
 
 
 def recover(tx: Tx) -> Decision:

@@ -49,6 +49,8 @@ from messages.control import ErrorReply
 from messages.dispatch import (
     ActionReport,
     AgentHello,
+    ClaimAttempt,
+    ClaimReply,
     DispatchAction,
     InFlightList,
     OrphanGiveUp,
@@ -235,6 +237,28 @@ def test_start_dispatches_the_first_action_tracked_before_sent() -> None:
     assert topics(d) == [events.REPLAY_STARTED, events.ACTION_DISPATCHED]
     assert audits(d) == ["replay_started", "action_dispatched"]
     assert d.changed == {rid}
+
+
+def test_the_core_says_which_decisions_must_reach_the_disk() -> None:
+    """``Decision.durable``: the shell stages exactly these (docs/durability.md); a decision
+    writes the replays it changed, not the others."""
+    h = H()
+    rid, start = h.start(wf("s1", "s2"))
+    other, _ = h.start(wf("t1"), machine="m2")
+    assert start.durable and [r.replay_id for r in start.writes] == [rid]
+    e = h.cur(rid)
+    claim = h.core.claim(ClaimAttempt(replay_id=rid, machine_id="m1", action_id="s1",
+                                      attempt_id=e.attempt_id), "m1", h.now)
+    # Granted, noted in memory, not stored: after a restart every attempt is a new one.
+    assert isinstance(claim.reply, ClaimReply) and claim.reply.granted and e.claimed
+    assert not claim.durable and claim.writes == ()
+    assert not h.core.status(GetReplayStatus(replay_id=rid)).durable
+    assert not h.core.consulted(rid, "no-such-token", None, "timeout", h.now).durable
+    report = h.report(rid)
+    assert report.durable and [r.replay_id for r in report.writes] == [rid]
+    refused = h.report(rid, sender="m2")  # nothing changed, but the refusal is recorded
+    assert refused.durable and refused.writes == () and of(refused, RecordReport)
+    assert other not in report.changed
 
 
 @pytest.mark.parametrize("step_id", ["step_1_retry2", "step_resume", "x" * 120])

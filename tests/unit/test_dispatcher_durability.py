@@ -20,8 +20,22 @@ from actors.dispatcher.store import DB_NAME, DispatcherStore
 from actors.watchdog.process import WatchdogActor
 from messages.base import Message
 from messages.codec import decode, encode
-from messages.dispatch import ActionReport, InFlight, Track, TrackBatch, Untrack
-from messages.replay import Ack, ReplayStarted, StartReplay
+from messages.dispatch import (
+    ActionReport,
+    ClaimAttempt,
+    ClaimReply,
+    InFlight,
+    Track,
+    TrackBatch,
+    Untrack,
+)
+from messages.replay import (
+    Ack,
+    GetReplayStatus,
+    ReplayStarted,
+    ReplayStatusReply,
+    StartReplay,
+)
 from runtime.settings import Settings
 from tests.conftest import free_port, wait_until
 from tests.unit.test_dispatcher_core import H, wf
@@ -165,6 +179,25 @@ def test_in_a_turn_nothing_goes_out_before_the_group_commit(settings: Settings) 
         actor.end_turn()
         assert actor.store.staged == 0 and actor.client.outstanding == sent + 1
         assert max(i for i, _ in records(0, 1000)) == actor.store.durable_outbox_id
+
+
+def test_a_decision_the_core_says_is_not_durable_is_answered_without_a_commit(
+        settings: Settings) -> None:
+    """A claim or a status changes nothing on disk (Decision.durable): answered in the turn
+    without staging anything, so it neither waits for nor costs an fsync."""
+    with dispatcher(settings) as actor:
+        started = serve(actor, StartReplay(workflow=wf("s1"), machine_id="m1"))
+        assert isinstance(started, ReplayStarted)
+        e = actor.core.replays[started.replay_id].inflight
+        assert e is not None
+        actor._grouped = True
+        claim = serve(actor, ClaimAttempt(replay_id=started.replay_id, machine_id="m1",
+                                          action_id="s1", attempt_id=e.attempt_id))
+        status = serve(actor, GetReplayStatus(replay_id=started.replay_id))
+        assert isinstance(claim, ClaimReply) and claim.granted
+        assert isinstance(status, ReplayStatusReply) and actor.store.staged == 0
+        serve(actor, _report_of(actor, started.replay_id))
+        assert actor.store.staged == 1  # durable: waits for end_turn
 
 
 def test_watchdog_updates_wait_for_the_batch_outside_the_outbox(settings: Settings) -> None:

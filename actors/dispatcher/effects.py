@@ -95,9 +95,11 @@ Effect = (SendToAgent | TrackInFlight | UntrackInFlight | PublishEvent | AuditRe
 class Decision:
     """The answer to one input: the reply, the effects to perform, the replays to write.
 
-    ``durable``: the core's word on whether the decision must be on disk before its reply
-    and effects leave (the shell stages it in the turn's transaction, docs/durability.md);
-    False, nothing to keep: the reply goes at once.
+    ``writes`` are the core's own objects, not copies: the shell stages them before the
+    next input (the store writes their state as it is then). ``durable``: the core's word on
+    whether the decision must be on disk before its reply and effects leave (the shell
+    stages it in the turn's transaction, docs/durability.md); False, nothing to keep: the
+    reply goes at once.
     """
 
     reply: Message

@@ -8,7 +8,7 @@ Loop verdicts are *pipelined*. After an accepted report the step is shown to the
 detector and the next action is dispatched at once, without waiting for the verdict: the
 detector's round trip stays off the path of every step. What a verdict must stop is input
 to the workstation, and every input action is claimed by the agent before it runs
-(core.claim): while a verdict is pending the claim is answered "not yet"
+(agent_inputs.claim): while a verdict is pending the claim is answered "not yet"
 (:data:`VERDICT_PENDING`, ``retry_in_s``) and the agent asks again. (Not held unanswered: a
 Majordomo worker serves one request at a time, holding one would stop the dispatcher.) A
 verdict that says "loop" pauses the replay and withdraws the action

@@ -1,13 +1,14 @@
 """The answers of the actors the dispatcher consults, and the loop verdicts it does not wait for.
 
-A mixin of :class:`~actors.dispatcher.core.DispatcherCore` (same pure rules: one input and
-the time in, a Decision out).
+Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (same pure rules:
+one input and the time in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore`
+calls them.
 
 Loop verdicts are *pipelined*. After an accepted report the step is shown to the loop
 detector and the next action is dispatched at once, without waiting for the verdict: the
 detector's round trip stays off the path of every step. What a verdict must stop is input
 to the workstation, and every input action is claimed by the agent before it runs
-(core.claim): while a verdict is pending the claim is answered "not yet"
+(agent_inputs.claim): while a verdict is pending the claim is answered "not yet"
 (:data:`VERDICT_PENDING`, ``retry_in_s``) and the agent asks again. (Not held unanswered: a
 Majordomo worker serves one request at a time, holding one would stop the dispatcher.) A
 verdict that says "loop" pauses the replay and withdraws the action
@@ -21,9 +22,9 @@ verdicts (beyond that, the replay waits for one, ``awaiting_loop``).
 
 from __future__ import annotations
 
-from actors.dispatcher import consult
+from actors.dispatcher import consult, steps
+from actors.dispatcher.book import Tx, who
 from actors.dispatcher.effects import Consult, Decision
-from actors.dispatcher.engine import Engine, Tx, who
 from actors.dispatcher.state import Awaiting, InFlightEntry, ReplayState
 from messages import events
 from messages.base import Message
@@ -40,91 +41,86 @@ CLAIM_RETRY_S = 0.005
 broker round trip, a GUI action hundreds of milliseconds."""
 
 
-class ConsultInputs(Engine):
-    """The consulted actors' side of the core."""
+def observe(tx: Tx, r: ReplayState, entry: InFlightEntry, report: ActionReport) -> None:
+    """Show an accepted report to the loop detector; the caller goes on at once, unless this
+    made the replay wait (too far ahead of the verdicts already asked)."""
+    step = consult.observe_request(r, entry, report)
+    if len(r.loop_pending) >= MAX_PENDING_VERDICTS:
+        steps.ask(tx, r, "loop", None, step)
+        return
+    token = tx.book.new_id()
+    r.loop_pending.append(token)
+    tx.effects.append(Consult("loop_detector", r.replay_id, token, step,
+                              tx.config.loop_timeout_s))
 
-    def _observe(self, r: ReplayState, entry: InFlightEntry, report: ActionReport,
-                 tx: Tx) -> None:
-        """Show an accepted report to the loop detector; the caller goes on at once, unless
-        this made the replay wait (too far ahead of the verdicts already asked)."""
-        observe = consult.observe_request(r, entry, report)
-        if len(r.loop_pending) >= MAX_PENDING_VERDICTS:
-            self._consult(r, "loop", None, tx, observe)
-            return
-        token = self._new_id()
-        r.loop_pending.append(token)
-        tx.effects.append(Consult("loop_detector", r.replay_id, token, observe,
-                                  self.config.loop_timeout_s))
 
-    def consulted(self, replay_id: str, token: str, answer: Message | None,
-                  error: str | None, now: float) -> Decision:
-        """Another actor answered (or did not, ``answer`` None) a replay's consultation."""
-        r = self.replays.get(replay_id)
-        if r is not None and token in r.loop_pending:
-            return self._verdict(r, token, answer, error, now)
-        a = r.awaiting if r is not None else None
-        if r is None or a is None or a.token != token:
-            return Decision(Ack(status="stale"))
-        tx = Tx(now)
-        r.awaiting = None
-        tx.touch(r)
-        if a.kind == "route" and a.action is not None:
-            where = consult.resolution(answer)
-            self._dispatch_now(r, a.action, where, tx)
-        elif a.kind == "capture" and a.action is not None:
-            # No image (an agent that cannot capture, or too slow): the payload is asked all
-            # the same; the model is then not called (no_screenshot) and says so.
-            r.last_screenshot = consult.captured(answer) or r.last_screenshot
-            left = max(0.0, self.config.llm_timeout_s - (now - a.since))
-            r.awaiting = Awaiting("payload", self._new_id(), now, a.action)
-            self._consult(r, "payload", a.action, tx,
-                          consult.consult_request(r, time_left_s=left))
-        elif a.kind == "payload" and a.action is not None:
-            human, checks = consult.pause_payload(answer, a.action, self.config)
-            self._pause(r, tx, human, a.action, checks=checks, counts_step=True)
-        elif not self._loop_paused(r, answer, error, tx):
-            self._advance(r, tx)
-        if answer is None and a.kind != "loop":
-            tx.event(events.CONSULT_MISSED, **who(r), kind=a.kind, error=error)
-        if answer is None and a.kind == "payload" and r.pause is not None:
-            # The actor that says these did not answer: the dispatcher says them.
-            ids = {"action_id": r.pause.action_id, **who(r)}
-            tx.event(events.SAFETY_CHECKS_LLM_FAILED, **ids, cause="safety_checks_unavailable",
-                     detail=error)
-            tx.event(events.SAFETY_CHECKS_GENERATED, **ids, count=len(r.pause.safety_checks),
-                     sources=[c.source for c in r.pause.safety_checks])
-        return tx.done(Ack(status="applied"))
+def consulted(tx: Tx, replay_id: str, token: str, answer: Message | None,
+              error: str | None) -> Decision:
+    """Another actor answered (or did not, ``answer`` None) a replay's consultation."""
+    r = tx.book.replays.get(replay_id)
+    if r is not None and token in r.loop_pending:
+        return _verdict(tx, r, token, answer, error)
+    a = r.awaiting if r is not None else None
+    if r is None or a is None or a.token != token:
+        return Decision(Ack(status="stale"))
+    r.awaiting = None
+    tx.touch(r)
+    if a.kind == "route" and a.action is not None:
+        steps.dispatch_now(tx, r, a.action, consult.resolution(answer))
+    elif a.kind == "capture" and a.action is not None:
+        # No image (an agent that cannot capture, or too slow): the payload is asked all
+        # the same; the model is then not called (no_screenshot) and says so.
+        r.last_screenshot = consult.captured(answer) or r.last_screenshot
+        left = max(0.0, tx.config.llm_timeout_s - (tx.now - a.since))
+        r.awaiting = Awaiting("payload", tx.book.new_id(), tx.now, a.action)
+        steps.ask(tx, r, "payload", a.action, consult.consult_request(r, time_left_s=left))
+    elif a.kind == "payload" and a.action is not None:
+        human, checks = consult.pause_payload(answer, a.action, tx.config)
+        steps.pause(tx, r, human, a.action, checks=checks, counts_step=True)
+    elif not _loop_paused(tx, r, answer, error):
+        steps.advance(tx, r)
+    if answer is None and a.kind != "loop":
+        tx.event(events.CONSULT_MISSED, **who(r), kind=a.kind, error=error)
+    if answer is None and a.kind == "payload" and r.pause is not None:
+        # The actor that says these did not answer: the dispatcher says them.
+        ids = {"action_id": r.pause.action_id, **who(r)}
+        tx.event(events.SAFETY_CHECKS_LLM_FAILED, **ids, cause="safety_checks_unavailable",
+                 detail=error)
+        tx.event(events.SAFETY_CHECKS_GENERATED, **ids, count=len(r.pause.safety_checks),
+                 sources=[c.source for c in r.pause.safety_checks])
+    return tx.done(Ack(status="applied"))
 
-    def _verdict(self, r: ReplayState, token: str, answer: Message | None,
-                 error: str | None, now: float) -> Decision:
-        """A pipelined loop verdict: nothing to do unless it says "loop" (then pause, and
-        withdraw an input action in flight: its claim was held, it never ran)."""
-        r.loop_pending.remove(token)
-        tx = Tx(now)
-        e = r.inflight
-        if (r.status == "running" and consult.loop_pause(answer) is not None
-                and e is not None and e.action.type in INPUT_TYPES and not e.claimed):
-            self._untrack(r, tx)
-            r.inserted.insert(0, e.action)
-            info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
-                    "reason": "loop_detected"}
-            tx.event(events.ACTION_WITHDRAWN, **info)
-            tx.audit("action_withdrawn", **info)
-        self._loop_paused(r, answer, error, tx)
-        return tx.done(Ack(status="applied"))
 
-    def _loop_paused(self, r: ReplayState, answer: Message | None, error: str | None,
-                     tx: Tx) -> bool:
-        """Pause ``r`` if the verdict says so (True); an unanswered check is an event."""
-        loop = consult.loop_pause(answer)
-        if loop is not None and r.status == "running":
-            tx.event(events.LOOP_DETECTED, **who(r), **loop.detail)
-            self._pause(r, tx, loop, None)
-            return True
-        if answer is None:
-            tx.event(events.LOOP_CHECK_MISSED, **who(r), error=error)
-        return False
+def _verdict(tx: Tx, r: ReplayState, token: str, answer: Message | None,
+             error: str | None) -> Decision:
+    """A pipelined loop verdict: nothing to do unless it says "loop" (then pause, and
+    withdraw an input action in flight: its claim was held, it never ran)."""
+    r.loop_pending.remove(token)
+    e = r.inflight
+    if (r.status == "running" and consult.loop_pause(answer) is not None
+            and e is not None and e.action.type in INPUT_TYPES and not e.claimed):
+        steps.untrack(tx, r)
+        r.inserted.insert(0, e.action)
+        info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
+                "reason": "loop_detected"}
+        tx.event(events.ACTION_WITHDRAWN, **info)
+        tx.audit("action_withdrawn", **info)
+    _loop_paused(tx, r, answer, error)
+    return tx.done(Ack(status="applied"))
 
-    def claim_waits(self, r: ReplayState) -> bool:
-        """Whether ``r``'s input must wait: a loop verdict on an earlier step is pending."""
-        return bool(r.loop_pending)
+
+def _loop_paused(tx: Tx, r: ReplayState, answer: Message | None, error: str | None) -> bool:
+    """Pause ``r`` if the verdict says so (True); an unanswered check is an event."""
+    loop = consult.loop_pause(answer)
+    if loop is not None and r.status == "running":
+        tx.event(events.LOOP_DETECTED, **who(r), **loop.detail)
+        steps.pause(tx, r, loop, None)
+        return True
+    if answer is None:
+        tx.event(events.LOOP_CHECK_MISSED, **who(r), error=error)
+    return False
+
+
+def claim_waits(r: ReplayState) -> bool:
+    """Whether ``r``'s input must wait: a loop verdict on an earlier step is pending."""
+    return bool(r.loop_pending)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.dispatcher.state import ReplayState
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.dispatch import ActionReport, DispatchAction, InFlight
@@ -92,11 +93,24 @@ Effect = (SendToAgent | TrackInFlight | UntrackInFlight | PublishEvent | AuditRe
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The answer to one input: the reply, the effects to perform, the replays changed."""
+    """The answer to one input: the reply, the effects to perform, the replays to write.
+
+    ``writes`` are the core's own objects, not copies: the shell stages them before the
+    next input (the store writes their state as it is then). ``durable``: the core's word on
+    whether the decision must be on disk before its reply and effects leave (the shell
+    stages it in the turn's transaction, docs/durability.md); False, nothing to keep: the
+    reply goes at once.
+    """
 
     reply: Message
     effects: list[Effect] = field(default_factory=list)
-    changed: set[str] = field(default_factory=set)
+    writes: tuple[ReplayState, ...] = ()
+    durable: bool = False
+
+    @property
+    def changed(self) -> set[str]:
+        """The ids of the replays it changed."""
+        return {r.replay_id for r in self.writes}
 
 
 # Serialisation (msgpack-friendly dicts) ----------------------------------------------------

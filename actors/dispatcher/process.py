@@ -1,12 +1,13 @@
 """The dispatcher actor process: the thin shell around :class:`DispatcherCore`.
 
-For every request: decode, call the core, stage the changed replays and the effects that
-nothing else would bring back (the outbox, store.OUTBOX_EFFECTS) in the turn's SQLite
-transaction. At the end of the loop's turn the transaction is committed with one fsync for all
-its decisions (a group commit), and only then are the turn's replies sent and its effects
-performed (docs/durability.md): nothing leaves before the state that explains it is on disk.
-A crash between commit and perform re-performs the pending outbox at start (receivers
-dedupe), and re-sends the in-flight actions with new attempt ids.
+For every request: decode, call the core, and if the core decided it durable
+(``Decision.durable``), stage the replays it writes and the effects that nothing else would
+bring back (the outbox, store.OUTBOX_EFFECTS) in the turn's SQLite transaction. At the end
+of the loop's turn the transaction is committed with one fsync for all its decisions (a
+group commit), and only then are the turn's replies sent and its effects performed
+(docs/durability.md): nothing leaves before the state that explains it is on disk. A crash
+between commit and perform re-performs the pending outbox at start (receivers dedupe), and
+re-sends the in-flight actions with new attempt ids.
 
 Who sent a request (docs/protocol.md, "CURVE and identity"): an agent that came in with CURVE is
 known by the identity the broker authenticated (``Incoming.identity``); it may only report, claim,
@@ -41,7 +42,6 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.engine import Tx
 from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
@@ -226,11 +226,10 @@ class DispatcherActor(Actor):
     def refuse_sender(self, msg: Message, req: Incoming, code: str, text: str) -> Message:
         """As every actor does (log, ``lea:sender_refused``), and an audit record."""
         reply = super().refuse_sender(msg, req, code, text)
-        tx = Tx(time.time())
-        tx.audit("request_refused", type=msg.type_name, code=code, identity=req.identity,
-                 message=text, **{k: getattr(msg, k) for k in _REFUSAL_FIELDS
-                                  if isinstance(getattr(msg, k, None), str)})
-        return self._apply(tx.done(reply))
+        return self._apply(self.core.refused(
+            reply, time.time(), type=msg.type_name, code=code, identity=req.identity,
+            message=text, **{k: getattr(msg, k) for k in _REFUSAL_FIELDS
+                             if isinstance(getattr(msg, k, None), str)}))
 
     # The shell ------------------------------------------------------------------------------
 
@@ -260,14 +259,13 @@ class DispatcherActor(Actor):
         commit, :meth:`end_turn`); called in-process (tests), it commits and performs at once.
         ``request`` ``(envelope id, kind)``: a control request, recorded with its reply.
         """
-        if not decision.changed and not decision.effects:
+        if not decision.durable:  # the core's word: nothing to keep
             return decision.reply
         record = None if request is None else (*request, encode(decision.reply, request[0]))
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
         try:
-            self.store.commit_decision(self.core.replays, decision, record, sent=self._sent,
-                                       harden=False)
+            self.store.commit_decision(decision, record, sent=self._sent, harden=False)
         except Exception:
             if self._grouped:  # the turn is rolled back: its replies must not go out
                 self._stop_on_disk_failure()

@@ -62,7 +62,7 @@ class InFlightEntry:
     last_resent_at: float = 0.0
     resend_reason: str | None = None
     monitor_resolution: dict[str, Any] | None = None  # as the router answered, every copy
-    claimed: bool = False  # the agent was told to go ahead (not stored: see core.claim)
+    claimed: bool = False  # the agent was told to go ahead (not stored: see agent_inputs.claim)
     progress: str | None = None  # the agent's last ActionProgress state (not stored)
     patience_s: float = 0.0  # and the watchdog's extra patience it asked for
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -268,14 +268,13 @@ class DispatcherStore:
         self.harden()
         return written
 
-    def commit_decision(self, replays: Mapping[str, ReplayState], decision: Decision,
+    def commit_decision(self, decision: Decision,
                         request: tuple[str, str, bytes] | None = None, *,
                         sent: Iterable[int] = (), harden: bool = True,
                         ) -> list[tuple[int, Effect]]:
-        """:meth:`stage` (and :meth:`harden`) of ``decision.changed`` looked up in the
-        core's ``replays``."""
-        written = self.stage([replays[i] for i in sorted(decision.changed) if i in replays],
-                             decision.effects, request, sent=sent)
+        """:meth:`stage` (and :meth:`harden`) of a decision: the replays it writes and its
+        effects."""
+        written = self.stage(decision.writes, decision.effects, request, sent=sent)
         if harden:
             self.harden()
         return written

@@ -1,14 +1,15 @@
 """What the watchdog asks the dispatcher: the actions in flight, resend an orphan, give it up.
 
-A mixin of :class:`~actors.dispatcher.core.DispatcherCore` (same pure rules: one input and
-the time in, a Decision out).
+Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (same pure rules:
+one input and the time in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore`
+calls them.
 """
 
 from __future__ import annotations
 
-from actors.dispatcher import rules
+from actors.dispatcher import rules, steps
+from actors.dispatcher.book import ReplayBook, Tx, who
 from actors.dispatcher.effects import Decision
-from actors.dispatcher.engine import Engine, Tx, who
 from actors.dispatcher.state import Resolution
 from messages import events
 from messages.dispatch import InFlightList, OrphanGiveUp, OrphanResend
@@ -16,72 +17,70 @@ from messages.replay import Ack
 from messages.workflow import CRITICAL_TYPES
 
 
-class WatchdogInputs(Engine):
-    """The watchdog's side of the core."""
+def inflight(book: ReplayBook) -> Decision:
+    """Every action in flight, for the watchdog rebuilding its timers."""
+    entries = [r.tracked() for r in sorted(book.replays.values(), key=lambda r: r.seq)
+               if r.inflight is not None]
+    return Decision(InFlightList(entries=entries))
 
-    def inflight(self) -> Decision:
-        """Every action in flight, for the watchdog rebuilding its timers."""
-        entries = [r.tracked() for r in sorted(self.replays.values(), key=lambda r: r.seq)
-                   if r.inflight is not None]
-        return Decision(InFlightList(entries=entries))
 
-    def orphan_resend(self, msg: OrphanResend, now: float) -> Decision:
-        """Resend an orphan, if that attempt is still the current one (I5).
+def orphan_resend(tx: Tx, msg: OrphanResend) -> Decision:
+    """Resend an orphan, if that attempt is still the current one (I5).
 
-        Always at the head: ``position="tail"`` would run later steps of the session before
-        this one, breaking "one action in flight per session, in order"; it is reported as
-        ``requested_position`` and not applied.
-        """
-        tx = Tx(now)
-        r = self._current(msg.action_id, msg.attempt_id)
-        if r is None or r.inflight is None:
-            return tx.done(_skipped(msg.action_id, msg.attempt_id))
-        self._redispatch(r, "orphan_timeout", tx, orphan=True)
-        e = r.inflight
-        tx.event(events.DISPATCH_ORPHAN_RESENT, **who(r, msg.action_id),
-                 attempt_id=e.attempt_id, previous_attempt_id=msg.attempt_id,
-                 resent=e.orphan_resends, age_s=msg.age_s, position="head",
-                 requested_position=msg.position)
-        return tx.done(Ack(status="resent", detail={
-            "attempt_id": e.attempt_id, "resent_count": e.orphan_resends, "position": "head"}))
+    Always at the head: ``position="tail"`` would run later steps of the session before
+    this one, breaking "one action in flight per session, in order"; it is reported as
+    ``requested_position`` and not applied.
+    """
+    r = tx.book.current(msg.action_id, msg.attempt_id)
+    if r is None or r.inflight is None:
+        return tx.done(_skipped(msg.action_id, msg.attempt_id))
+    steps.redispatch(tx, r, "orphan_timeout", orphan=True)
+    e = r.inflight
+    tx.event(events.DISPATCH_ORPHAN_RESENT, **who(r, msg.action_id),
+             attempt_id=e.attempt_id, previous_attempt_id=msg.attempt_id,
+             resent=e.orphan_resends, age_s=msg.age_s, position="head",
+             requested_position=msg.position)
+    return tx.done(Ack(status="resent", detail={
+        "attempt_id": e.attempt_id, "resent_count": e.orphan_resends, "position": "head"}))
 
-    def orphan_giveup(self, msg: OrphanGiveUp, now: float) -> Decision:
-        """Abandon an orphan (I5 re-check); D2 and the dead-client hook decide what follows."""
-        tx = Tx(now)
-        r = self._current(msg.action_id, msg.attempt_id)
-        if r is None or r.inflight is None:
-            return tx.done(_skipped(msg.action_id, msg.attempt_id))
-        action = r.inflight.action
-        # Never claimed: the agent did not start it under any attempt since our start (it
-        # may only have run if claimed before a restart of ours); people see which.
-        claimed = r.inflight.claimed
-        self._untrack(r, tx)
-        r.resolved[action.action_id] = Resolution("abandoned", msg.attempt_id)
-        r.supersedes.pop(action.action_id, None)
-        r.bump("abandoned")
-        period = self.config.dead_client_period_s
-        r.giveup_times = [t for t in r.giveup_times if now - t <= period] + [now]
-        tx.touch(r)
-        critical = action.type in CRITICAL_TYPES
-        info = {**who(r, action.action_id), "attempt_id": msg.attempt_id,
-                "action_type": action.type, "critical": critical,
-                "resent_count": msg.resent_count, "age_s": msg.age_s, "claimed": claimed}
-        tx.event(events.DISPATCH_ORPHAN_GIVEUP, **info)
-        tx.audit("action_given_up", **info)
-        dead = sum(1 for o in self.replays.values() if o.session_id == r.session_id
-                   for t in o.giveup_times if now - t <= period)
-        if dead >= self.config.dead_client_count:
-            tx.event(events.DEAD_CLIENT_SIGNAL, session_id=r.session_id, dead_count=dead,
-                     period_s=period, replay_id=r.replay_id, machine_id=r.machine_id)
-            self._pause(r, tx, rules.dead_client_pause(r.machine_id, dead, period), action,
-                        failed=action)
-        elif critical:
-            self._pause(r, tx, rules.orphan_pause(action), action, failed=action)
-        else:
-            r.index += 1  # D2: a lost wait/scroll/verify is logged and the replay goes on
-            self._advance(r, tx)
-        return tx.done(Ack(status="abandoned", detail={
-            "replay_status": r.status, "dead_count": dead}))
+
+def orphan_giveup(tx: Tx, msg: OrphanGiveUp) -> Decision:
+    """Abandon an orphan (I5 re-check); D2 and the dead-client hook decide what follows."""
+    r = tx.book.current(msg.action_id, msg.attempt_id)
+    if r is None or r.inflight is None:
+        return tx.done(_skipped(msg.action_id, msg.attempt_id))
+    action = r.inflight.action
+    # Never claimed: the agent did not start it under any attempt since our start (it
+    # may only have run if claimed before a restart of ours); people see which.
+    claimed = r.inflight.claimed
+    steps.untrack(tx, r)
+    r.resolved[action.action_id] = Resolution("abandoned", msg.attempt_id)
+    r.supersedes.pop(action.action_id, None)
+    r.bump("abandoned")
+    period = tx.config.dead_client_period_s
+    now = tx.now
+    r.giveup_times = [t for t in r.giveup_times if now - t <= period] + [now]
+    tx.touch(r)
+    critical = action.type in CRITICAL_TYPES
+    info = {**who(r, action.action_id), "attempt_id": msg.attempt_id,
+            "action_type": action.type, "critical": critical,
+            "resent_count": msg.resent_count, "age_s": msg.age_s, "claimed": claimed}
+    tx.event(events.DISPATCH_ORPHAN_GIVEUP, **info)
+    tx.audit("action_given_up", **info)
+    dead = sum(1 for o in tx.book.replays.values() if o.session_id == r.session_id
+               for t in o.giveup_times if now - t <= period)
+    if dead >= tx.config.dead_client_count:
+        tx.event(events.DEAD_CLIENT_SIGNAL, session_id=r.session_id, dead_count=dead,
+                 period_s=period, replay_id=r.replay_id, machine_id=r.machine_id)
+        steps.pause(tx, r, rules.dead_client_pause(r.machine_id, dead, period), action,
+                    failed=action)
+    elif critical:
+        steps.pause(tx, r, rules.orphan_pause(action), action, failed=action)
+    else:
+        r.index += 1  # D2: a lost wait/scroll/verify is logged and the replay goes on
+        steps.advance(tx, r)
+    return tx.done(Ack(status="abandoned", detail={
+        "replay_status": r.status, "dead_count": dead}))
 
 
 def _skipped(action_id: str, attempt_id: str) -> Ack:

@@ -50,6 +50,8 @@ from messages.control import ErrorReply
 from messages.dispatch import (
     ActionReport,
     AgentHello,
+    ClaimAttempt,
+    ClaimReply,
     DispatchAction,
     InFlightList,
     OrphanGiveUp,
@@ -236,6 +238,28 @@ def test_start_dispatches_the_first_action_tracked_before_sent() -> None:
     assert topics(d) == [events.REPLAY_STARTED, events.ACTION_DISPATCHED]
     assert audits(d) == ["replay_started", "action_dispatched"]
     assert d.changed == {rid}
+
+
+def test_the_core_says_which_decisions_must_reach_the_disk() -> None:
+    """``Decision.durable``: the shell stages exactly these (docs/durability.md); a decision
+    writes the replays it changed, not the others."""
+    h = H()
+    rid, start = h.start(wf("s1", "s2"))
+    other, _ = h.start(wf("t1"), machine="m2")
+    assert start.durable and [r.replay_id for r in start.writes] == [rid]
+    e = h.cur(rid)
+    claim = h.core.claim(ClaimAttempt(replay_id=rid, machine_id="m1", action_id="s1",
+                                      attempt_id=e.attempt_id), "m1", h.now)
+    # Granted, noted in memory, not stored: after a restart every attempt is a new one.
+    assert isinstance(claim.reply, ClaimReply) and claim.reply.granted and e.claimed
+    assert not claim.durable and claim.writes == ()
+    assert not h.core.status(GetReplayStatus(replay_id=rid)).durable
+    assert not h.core.consulted(rid, "no-such-token", None, "timeout", h.now).durable
+    report = h.report(rid)
+    assert report.durable and [r.replay_id for r in report.writes] == [rid]
+    refused = h.report(rid, sender="m2")  # nothing changed, but the refusal is recorded
+    assert refused.durable and refused.writes == () and of(refused, RecordReport)
+    assert other not in report.changed
 
 
 @pytest.mark.parametrize("step_id", ["step_1_retry2", "step_resume", "x" * 120])
@@ -1025,7 +1049,7 @@ def test_I2_checker_catches_two_actions_in_flight_on_one_session() -> None:
     def mutate(h: H, r: ReplayState) -> None:
         rid, _ = h.start(wf("t1"), session=r.session_id)
         h.replay(rid).inflight = InFlightEntry(act("zz"), "other", "m1", 0.0, 0.0)
-        h.core._by_attempt["other"] = rid
+        h.core.book.attempts["other"] = rid
     _broken(mutate, "I2")
 
 
@@ -1043,7 +1067,7 @@ def test_I4_checker_catches_a_finished_replay_with_leftovers() -> None:
 
 def test_I5_checker_catches_a_stale_attempt_index() -> None:
     def mutate(h: H, r: ReplayState) -> None:
-        h.core._by_attempt["ghost"] = r.replay_id
+        h.core.book.attempts["ghost"] = r.replay_id
     _broken(mutate, "I5")
 
 
@@ -1149,7 +1173,7 @@ def test_cancel_forgets_supersedes() -> None:
 
 def _persisted(h: H, store: DispatcherStore) -> None:
     for d in h.decisions:
-        store.commit_decision(h.core.replays, d)
+        store.commit_decision(d)
     h.decisions.clear()
 
 

@@ -20,8 +20,22 @@ from actors.dispatcher.store import DB_NAME, DispatcherStore
 from actors.watchdog.process import WatchdogActor
 from messages.base import Message
 from messages.codec import decode, encode
-from messages.dispatch import ActionReport, InFlight, Track, TrackBatch, Untrack
-from messages.replay import Ack, ReplayStarted, StartReplay
+from messages.dispatch import (
+    ActionReport,
+    ClaimAttempt,
+    ClaimReply,
+    InFlight,
+    Track,
+    TrackBatch,
+    Untrack,
+)
+from messages.replay import (
+    Ack,
+    GetReplayStatus,
+    ReplayStarted,
+    ReplayStatusReply,
+    StartReplay,
+)
 from runtime.settings import Settings
 from tests.conftest import free_port, wait_until
 from tests.unit.test_dispatcher_core import H, wf
@@ -34,7 +48,7 @@ def _steps(n: int) -> list[str]:
 
 
 def _report(store: DispatcherStore, h: H, rid: str, harden: bool = True) -> None:
-    store.commit_decision(h.core.replays, h.report(rid), harden=harden)
+    store.commit_decision(h.report(rid), harden=harden)
 
 
 def _count(path: Path, rid: str) -> int:
@@ -53,7 +67,7 @@ def test_a_turn_is_one_transaction_and_harden_commits_it(tmp_path: Path) -> None
     store = DispatcherStore(path, sync_interval_s=3600)  # no checkpoint meanwhile
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
-    store.commit_decision(h.core.replays, start)
+    store.commit_decision(start)
     before = store.durable_outbox_id
     for i in range(4):
         _report(store, h, rid, harden=False)
@@ -75,8 +89,8 @@ def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
     store = DispatcherStore(path)
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
-    kept = [i for i, _ in store.commit_decision(h.core.replays, start)]
-    lost = [i for i, _ in store.commit_decision(h.core.replays, h.report(rid),
+    kept = [i for i, _ in store.commit_decision(start)]
+    lost = [i for i, _ in store.commit_decision(h.report(rid),
                                                 harden=False)]
     assert lost and min(lost) > max(kept)
     store.close()  # the open turn is rolled back, as after a crash
@@ -85,7 +99,7 @@ def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
     assert [i for i, _ in again.pending_outbox()] == kept
     h2 = H()
     _rid2, start2 = h2.start(wf("t1"), mode="autonomous")
-    fresh = [i for i, _ in again.commit_decision(h2.core.replays, start2)]
+    fresh = [i for i, _ in again.commit_decision(start2)]
     assert min(fresh) > max(lost)
     again.close()
 
@@ -95,7 +109,7 @@ def test_the_syncer_checkpoints_commits_into_the_database_file(tmp_path: Path) -
     store = DispatcherStore(path, sync_interval_s=0.01)
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
-    store.commit_decision(h.core.replays, start)
+    store.commit_decision(start)
     for _ in range(4):
         _report(store, h, rid)
     wait_until(lambda: store._syncer.behind() == 0, timeout=10)
@@ -113,8 +127,8 @@ def test_performed_rows_are_deleted_by_the_next_commit(tmp_path: Path) -> None:
     store = DispatcherStore(tmp_path / DB_NAME)
     h = H()
     rid, start = h.start(wf("s1", "s2"), mode="autonomous")
-    first = store.commit_decision(h.core.replays, start)
-    second = store.commit_decision(h.core.replays, h.report(rid),
+    first = store.commit_decision(start)
+    second = store.commit_decision(h.report(rid),
                                    sent=[i for i, _ in first])
     assert [i for i, _ in store.pending_outbox()] == [i for i, _ in second]
     store.close()
@@ -165,6 +179,25 @@ def test_in_a_turn_nothing_goes_out_before_the_group_commit(settings: Settings) 
         actor.end_turn()
         assert actor.store.staged == 0 and actor.client.outstanding == sent + 1
         assert max(i for i, _ in records(0, 1000)) == actor.store.durable_outbox_id
+
+
+def test_a_decision_the_core_says_is_not_durable_is_answered_without_a_commit(
+        settings: Settings) -> None:
+    """A claim or a status changes nothing on disk (Decision.durable): answered in the turn
+    without staging anything, so it neither waits for nor costs an fsync."""
+    with dispatcher(settings) as actor:
+        started = serve(actor, StartReplay(workflow=wf("s1"), machine_id="m1"))
+        assert isinstance(started, ReplayStarted)
+        e = actor.core.replays[started.replay_id].inflight
+        assert e is not None
+        actor._grouped = True
+        claim = serve(actor, ClaimAttempt(replay_id=started.replay_id, machine_id="m1",
+                                          action_id="s1", attempt_id=e.attempt_id))
+        status = serve(actor, GetReplayStatus(replay_id=started.replay_id))
+        assert isinstance(claim, ClaimReply) and claim.granted
+        assert isinstance(status, ReplayStatusReply) and actor.store.staged == 0
+        serve(actor, _report_of(actor, started.replay_id))
+        assert actor.store.staged == 1  # durable: waits for end_turn
 
 
 def test_watchdog_updates_wait_for_the_batch_outside_the_outbox(settings: Settings) -> None:

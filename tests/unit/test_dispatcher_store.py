@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def persist(h: H, store: DispatcherStore) -> list[tuple[int, Effect]]:
     rows: list[tuple[int, Effect]] = []
     for d in h.decisions:
-        rows += store.commit_decision(h.core.replays, d)
+        rows += store.commit_decision(d)
     h.decisions.clear()
     return rows
 
@@ -103,7 +103,7 @@ def test_commit_is_all_or_nothing(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         store.commit([h.replay(rid)], [*d.effects, "not an effect"])  # type: ignore[list-item]
     assert store.load().replays == {} and store.pending_outbox() == []
-    store.commit_decision(h.core.replays, d)  # the head is written in full on the retry
+    store.commit_decision(d)  # the head is written in full on the retry
     assert list(DispatcherStore(tmp_path / "d.sqlite3").load().replays) == [rid]
 
 
@@ -111,7 +111,7 @@ def test_outbox_rows_are_returned_pending_then_forgotten(tmp_path: Path) -> None
     h = H()
     store = DispatcherStore(tmp_path / "d.sqlite3")
     _, d = h.start(wf("s1"))
-    rows = store.commit_decision(h.core.replays, d)
+    rows = store.commit_decision(d)
     assert [e for _, e in rows] == [e for e in d.effects if isinstance(e, OUTBOX_EFFECTS)]
     assert len(rows) >= 2  # the replay's start and its first dispatch, for the audit trail
     assert [i for i, _ in rows] == sorted(i for i, _ in rows)
@@ -126,7 +126,7 @@ def test_outbox_rows_are_returned_pending_then_forgotten(tmp_path: Path) -> None
     # Ids are never reused (receivers dedupe on them), even after the outbox emptied.
     store = DispatcherStore(tmp_path / "d.sqlite3")
     _, d2 = h.start(wf("s2"))
-    again = store.commit_decision(h.core.replays, d2)
+    again = store.commit_decision(d2)
     assert min(i for i, _ in again) > max(i for i, _ in rows)
 
 
@@ -246,7 +246,7 @@ def test_state_survives_kill_9_right_after_commit(tmp_path: Path) -> None:
         store = DispatcherStore({str(db)!r})
         h = H()
         rid, d = h.start(wf("s1", "s2"))
-        store.commit_decision(h.core.replays, d)
+        store.commit_decision(d)
         print(rid, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
@@ -275,10 +275,10 @@ def test_a_foreign_writer_cannot_half_apply(tmp_path: Path) -> None:
     _, d = h.start(wf("s1"))
     store._db.execute("PRAGMA busy_timeout=50")
     with pytest.raises(sqlite3.OperationalError):
-        store.commit_decision(h.core.replays, d)
+        store.commit_decision(d)
     other.execute("ROLLBACK")
     assert store.pending_outbox() == []
-    assert store.commit_decision(h.core.replays, d)
+    assert store.commit_decision(d)
 
 
 def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeypatch:
@@ -287,7 +287,7 @@ def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeyp
     store = DispatcherStore(tmp_path / "d.sqlite3")
     rid, d = h.start(wf("s1"))
     assert store.reply_for("req1", "StartReplay") is None
-    store.commit_decision(h.core.replays, d, ("req1", "StartReplay", b"reply-1"))
+    store.commit_decision(d, ("req1", "StartReplay", b"reply-1"))
     assert store.reply_for("req1", "StartReplay") == b"reply-1"
     assert store.reply_for("req1", "ResumeReplay") is None  # an id is per kind of request
     store.close()
@@ -297,7 +297,7 @@ def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeyp
     assert store.reply_for("req1", "StartReplay") == b"reply-1"
     _, d2 = h.start(wf("s2"))
     with pytest.raises(sqlite3.IntegrityError):  # a record never overwrites another
-        store.commit_decision(h.core.replays, d2, ("req1", "StartReplay", b"reply-2"))
+        store.commit_decision(d2, ("req1", "StartReplay", b"reply-2"))
     assert list(store.load().replays) == [rid]
     # Bounded: the oldest records go.
     monkeypatch.setattr("actors.dispatcher.store.KEEP_REQUESTS", 2)

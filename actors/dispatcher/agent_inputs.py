@@ -1,0 +1,167 @@
+"""What an agent tells the dispatcher: reports, claims, progress, hello.
+
+Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (one input and the time
+in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore` calls them. A report
+is followed here from its arrival (:func:`report`) to its effect on the replay
+(:func:`apply_report`): done, retried, or paused for a person.
+"""
+
+from __future__ import annotations
+
+from actors.dispatcher import consult_inputs, rules, steps
+from actors.dispatcher.book import ReplayBook, Tx, who
+from actors.dispatcher.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING
+from actors.dispatcher.effects import Decision, RecordReport, TrackInFlight
+from actors.dispatcher.state import PAUSED, InFlightEntry, ReplayState, Resolution
+from messages import events
+from messages.control import ErrorReply
+from messages.dispatch import (
+    ActionProgress,
+    ActionReport,
+    AgentHello,
+    ClaimAttempt,
+    ClaimReply,
+    ReportAck,
+)
+from messages.replay import Ack
+
+
+def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
+    """Apply the first current report of an action (I3); record every other one."""
+    r = tx.book.replays.get(msg.replay_id)
+    entry = r.inflight if r is not None else None
+    if entry is not None and entry.action.action_id != msg.action_id:
+        entry = None
+    done = r.resolved.get(msg.action_id) if r is not None else None
+    expected = entry.machine_id if entry is not None else (
+        r.machine_id if r is not None and done is not None else None)
+    if sender_machine != msg.machine_id or (expected is not None and (
+            sender_machine != expected or msg.machine_id != expected)):
+        # Only the worker the action was sent to may report it, and no agent for another
+        # (an authenticated sender is not the body's machine_id; docs/protocol.md).
+        tx.effects.append(RecordReport(msg, "refused", sender_machine, tx.now))
+        tx.audit("report_refused", replay_id=msg.replay_id, action_id=msg.action_id,
+                 attempt_id=msg.attempt_id, sender_machine=sender_machine,
+                 claimed_machine=msg.machine_id, expected_machine=expected)
+        return tx.done(ErrorReply(code="wrong_machine", message=(
+            f"action {msg.action_id} was not dispatched to {sender_machine}"),
+            detail={"action_id": msg.action_id, "attempt_id": msg.attempt_id}))
+    if r is not None and entry is not None:
+        status = "accepted" if entry.attempt_id == msg.attempt_id else "stale"
+    elif done is not None:
+        status = "duplicate" if done.outcome == "acked" else "stale"
+    else:
+        status = "unknown"  # cancelled replay's action (case m), precheck ids (case q)
+    tx.effects.append(RecordReport(msg, status, sender_machine, tx.now))
+    tx.audit("report_received", status=status, sender_machine=sender_machine,
+             report=msg.model_dump(mode="python"))
+    if r is not None and entry is not None and status == "accepted":
+        apply_report(tx, r, entry, msg)
+    return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
+                             status=status))
+
+
+def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport) -> None:
+    """An accepted report: the step is done, paused on, or retried; then the next one."""
+    action = entry.action
+    steps.untrack(tx, r)
+    r.resolved[action.action_id] = Resolution("acked", entry.attempt_id)
+    r.supersedes.pop(action.action_id, None)
+    r.bump("reports")
+    if msg.warning == "already_executed":
+        r.bump("already_executed")
+    tx.touch(r)
+    tx.event(events.ACTION_ACKED, **who(r, action.action_id), attempt_id=entry.attempt_id,
+             success=msg.success, error=msg.error, warning=msg.warning)
+    cause = rules.report_pause(msg, action)
+    if msg.success:
+        # The step is done even if the report asks for a person: pause before the next
+        # step, and do not re-execute this one on resume (no double click).
+        r.completed_actions += 1
+        r.index += 1
+        if cause is not None:
+            steps.pause(tx, r, cause, action)
+    elif cause is not None:
+        steps.pause(tx, r, cause, action, failed=action)
+    else:
+        base = rules.base_id(action.action_id)
+        used = r.retry_budget.get(base, 0)
+        if used < tx.config.max_retries_per_action:
+            n = r.retries[base] = r.retries.get(base, 0) + 1
+            r.retry_budget[base] = used + 1
+            retry = action.model_copy(update={"action_id": rules.retry_id(base, n)})
+            r.inserted.insert(0, retry)
+            r.bump("retries")
+            tx.audit("retry_scheduled", **who(r, action.action_id),
+                     retry_action_id=retry.action_id, error=msg.error, budget_used=used + 1)
+        else:
+            steps.pause(tx, r, rules.retries_exhausted(msg, action, used), action,
+                        failed=action)
+    r.last_screenshot = msg.screenshot_after or msg.screenshot_before or r.last_screenshot
+    if tx.config.loop_detector and r.status == "running" and r.queue_len():
+        consult_inputs.observe(tx, r, entry, msg)  # the verdict is pipelined
+    steps.advance(tx, r)
+
+
+def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
+    """May the agent perform this attempt now? Only if it is the one in flight.
+
+    Asked by the agent before any input (agent/serve.py): a copy that stayed in a frozen
+    agent's socket while the watchdog resent or gave up, or the replay was cancelled, is
+    no longer current and never runs. Not stored: after a restart of ours every action
+    in flight is re-sent under a new attempt, and the old one is refused.
+    """
+    r = book.current(msg.action_id, msg.attempt_id)
+    if r is None or r.inflight is None or r.replay_id != msg.replay_id:
+        return Decision(ClaimReply(granted=False, reason="not_current"))
+    if sender_machine != r.inflight.machine_id or msg.machine_id != r.inflight.machine_id:
+        return Decision(ClaimReply(granted=False, reason="wrong_machine"))
+    if consult_inputs.claim_waits(r):
+        return Decision(ClaimReply(granted=False, reason=VERDICT_PENDING,
+                                   retry_in_s=CLAIM_RETRY_S))
+    r.inflight.claimed = True
+    return Decision(ClaimReply(granted=True))
+
+
+def progress(tx: Tx, msg: ActionProgress, sender_machine: str) -> Decision:
+    """The agent says the attempt in flight is still under way, and for how long."""
+    r = tx.book.current(msg.action_id, msg.attempt_id)
+    e = r.inflight if r is not None else None
+    if r is None or e is None or r.replay_id != msg.replay_id:
+        return Decision(Ack(status="stale"))
+    if sender_machine != e.machine_id or msg.machine_id != e.machine_id:
+        return Decision(ErrorReply(code="wrong_machine", message=(
+            f"action {msg.action_id} was not dispatched to {sender_machine}")))
+    e.progress, e.patience_s = msg.state, msg.hold_s
+    tx.effects.append(TrackInFlight(r.tracked()))  # the watchdog's clock starts again
+    info = {**who(r, msg.action_id), "attempt_id": msg.attempt_id, "state": msg.state,
+            "hold_s": msg.hold_s, "detail": msg.detail}
+    tx.event(events.ACTION_PROGRESS, **info)
+    tx.audit("action_progress", **info)
+    return tx.done(Ack(status="noted"))
+
+
+def agent_hello(tx: Tx, msg: AgentHello, underway: frozenset[str] = frozenset()) -> Decision:
+    """An agent (re)connected: resend what it should be doing, show pauses again.
+
+    Not resent: the attempts the hello says the agent holds, and ``underway``, those the
+    shell knows to be in this agent process's hands or still on their way to it (a
+    dispatch the broker queued before the agent was there: process.py).
+    """
+    resent: list[str] = []
+    held = set(msg.holding) | underway
+    kept: list[str] = []
+    for r in tx.book.active():
+        if r.inflight is not None and r.inflight.machine_id == msg.machine_id:
+            if r.inflight.attempt_id in held:  # it has it: its report will come
+                kept.append(r.inflight.action.action_id)
+                continue
+            resent.append(r.inflight.action.action_id)
+            steps.redispatch(tx, r, "agent_reconnected", orphan=False)
+        elif r.machine_id == msg.machine_id and r.status == "running":
+            steps.advance(tx, r)
+        if r.machine_id == msg.machine_id and r.status == PAUSED:
+            steps.notify_paused(tx, r)
+    tx.audit("agent_hello", machine_id=msg.machine_id, instance_id=msg.instance_id,
+             pid=msg.pid, resent=resent, kept=kept)
+    return tx.done(Ack(detail={"resent": resent, "kept": kept}))

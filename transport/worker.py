@@ -169,6 +169,11 @@ class Worker:
             self.ready_sent_at = self.heard_at = self.sent_at = self.idle_since = now
             return
         if now - self.heard_at > self.heartbeat_interval_s * self.liveness:
+            if self.socket.poll(0, zmq.POLLIN):
+                # What the broker sent is waiting: the silence was ours (this process was
+                # stopped or starved, not the broker). Reconnecting would drop requests the
+                # broker already handed us; the next drain reads them and hears the broker.
+                return
             self.reconnect("broker silent past liveness")
             return
         if now - self.sent_at >= self.heartbeat_interval_s:

@@ -13,11 +13,12 @@ Places seen changing by themselves are the tiles that changed away from where st
 and everything that changed during a wait, remembered for ``memory`` (16) transitions,
 with the tiles around them (``ambient_reach``) and the 40-pixel blocks around them: an
 analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to those
-seen. A click's box or the row typed into is small, so a clock elsewhere never counts;
-one inside it counts until it has been seen ticking while steps acted elsewhere or during
-a wait. A key pressed needs content no frame of the ring showed (a blinking caret goes
-back to a state seen). A wait is progress when ``wait_min`` tiles changed outside those
-places (a window or a message appeared).
+seen; not across the edge of the window acted in, where another window cannot draw. A
+click's box or the row typed into is small, so a clock elsewhere never counts; one inside
+it counts until it has been seen ticking while steps acted elsewhere or during a wait. A
+key pressed needs content no frame of the ring showed (a blinking caret goes back to a
+state seen). A wait is progress when ``wait_min`` tiles changed outside those places (a
+window or a message appeared).
 
 Nowhere known (an older agent, a step without point or focus): the whole screen, where a
 change is progress when it lands on tiles that had not changed in the 16 transitions
@@ -217,10 +218,7 @@ class ScreenHistory:
                          axis=1)[:changed.shape[0], :changed.shape[1]]
         # Places seen changing by themselves (in a wait, or away from where steps acted).
         ambient = (self._ambient & window) != 0
-        # ... and the blocks around them: what moves by itself (top's numbers, a second
-        # hand, a spinner) keeps moving into tiles next to those seen.
-        noisy = (dilate(ambient, p.ambient_reach) | self._zone(ambient) if ambient.any()
-                 else ambient)
+        noisy = self._noise(ambient, acted_in)
         at_site, ignored = -1, 0
         loose: Mask | None = None
         if observation:
@@ -299,6 +297,22 @@ class ScreenHistory:
                               | self._zone(moved_on))
         if int(np.count_nonzero(kept)) < self.params.wait_min:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
+
+    def _noise(self, ambient: Mask, acted_in: Mask | None) -> Mask:
+        """The places seen changing by themselves and the blocks around them: what moves by
+        itself (top's numbers, a second hand, a spinner) keeps moving into tiles next to
+        those seen. Not across the edge of the window acted in: another window's clock
+        cannot draw inside it (a dialog opened over a clock, typed into)."""
+        if not ambient.any():
+            return ambient
+        spread = dilate(ambient, self.params.ambient_reach) | self._zone(ambient)
+        if acted_in is None or not acted_in.any():
+            return spread
+        inner = ~dilate(~acted_in, 1)  # its edge tiles hold the pixels of both sides
+        own = ambient & inner
+        if not own.any():
+            return spread & ~inner
+        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zone(own)
 
     def _zone(self, mask: Mask) -> Mask:
         """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""

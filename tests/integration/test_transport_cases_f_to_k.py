@@ -32,6 +32,11 @@ PAUSED = "paused_need_help"
 Env = dict[str, str]
 
 
+def tree_log(tmp_path: Path) -> str:
+    """What the actor tree (``python run.py``) printed so far."""
+    return "".join(log.read_text(errors="replace") for log in tmp_path.glob("tree-*.log"))
+
+
 def test_case_f_watchdog_resends_while_the_agent_still_executes(
         spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
     """f: s1 takes longer (6 s) than the orphan timeout (3 s): the watchdog resends it with a
@@ -84,12 +89,21 @@ def test_case_g_watchdog_resend_after_the_agent_executed_and_reported_late(
     wait_watchdog_tracks(system, first.attempt_id)  # the watchdog's timer for s1 runs
     dispatcher = system.kill("dispatcher", signal.SIGSTOP)
     try:
+        # The agent is frozen too until the watchdog has asked: on a loaded machine its 8 s
+        # could otherwise run out first, and the report would queue before the question.
+        agent.kill(signal.SIGSTOP)
+        try:
+            asked = f"s1 (attempt {first.attempt_id}) timed out: asking the dispatcher"
+            wait_until(lambda: asked in tree_log(tmp_path), timeout=30)
+        finally:
+            agent.kill(signal.SIGCONT)
         wait_until(lambda: (row := ledger_row(agent, "s1")) and row.state == "finished",
                    timeout=30)
     finally:
         os.kill(dispatcher, signal.SIGCONT)
     summary = system.wait_status(rid, "completed", timeout=30)
-    assert summary.counters.get("resent", 0) >= 1
+    assert summary.counters.get("resent", 0) >= 1, [
+        line for line in tree_log(tmp_path).splitlines() if "watchdog" in line]
 
     [effect] = [e for e in agent.effects() if e["action_id"] == "s1"]
     assert effect["attempt_id"] == first.attempt_id

@@ -27,7 +27,7 @@ from broker.monitor import SocketMonitor
 from broker.refusal_audit import RefusalAudit
 from broker.tree_door import TreeDoorError
 from broker.zap import Verdict, ZapServer
-from messages.events import BAD_MESSAGE, PEER_REFUSED, WORKER_REFUSED
+from messages.events import BAD_MESSAGE, BROKER_ROLE, PEER_REFUSED, WORKER_REFUSED
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.logs import setup_logging
 from runtime.rate_limit import RateLimit
@@ -58,6 +58,9 @@ class Broker:
         self.curve: CurveListener | None = None  # with settings.curve (broker/curve.py)
         self.zap: ZapServer | None = None  # ZAP for the tree's door and the CURVE listener
         self.audit = RefusalAudit(settings.data_dir)
+        # What this broker tells the bus it is (``lea:broker_role``, the metrics'
+        # lea_broker_role): a lone broker is the active one; a pair sets "backup" here.
+        self.role = "active"
         self.bad = 0
         self.errors = 0
         self._reported: dict[str, int] = {}
@@ -184,6 +187,7 @@ class Broker:
             if now >= next_tick:
                 mdp.tick(now)
                 pending.add(router_fd)  # it sent heartbeats
+                self._report_role()
                 next_tick += interval
                 if next_tick <= now:  # fell behind (a long batch): no burst of catch-up ticks
                     next_tick = now + interval
@@ -279,6 +283,13 @@ class Broker:
                 "peer": peer, "key_prefix": "", "reason": verdict.text}
         self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
         self.audit.record("peer_refused", data, self.mdp.now)
+
+    def _report_role(self) -> None:
+        """Tell the bus this broker's role, again at each tick: the bus is lossy and a
+        watcher may come late (an event no one subscribed to costs nothing)."""
+        self.bus.publish(BROKER_ROLE, lambda: {
+            "role": self.role, "host": socket.gethostname(),
+            "endpoint": self.settings.mdp_endpoint})
 
     def _summary(self) -> None:
         """One line per window with what changed: a warning if input was rejected or peers

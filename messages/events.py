@@ -55,6 +55,12 @@ CONSULT_MISSED: Final = "lea:consult_missed"
 """The monitor router or safety_checks did not answer: the dispatcher's fallback was used."""
 AUDIT_RECORD_CONFLICT: Final = "lea:audit_record_conflict"
 """A record re-sent under a known record_id with another content (the first is kept)."""
+AUDIT_BACKLOG: Final = "lea:audit_backlog"
+"""A sender's audit records not yet acknowledged by audit_log (``sender``, ``pending``),
+told every few seconds (the metrics' ``lea_audit_backlog``, docs/operations.md)."""
+BROKER_ROLE: Final = "lea:broker_role"
+"""A broker's role (``role`` ``active`` or ``backup``, ``host``, ``endpoint``), told at each
+of its heartbeat ticks (the metrics' ``lea_broker_role``)."""
 
 
 class Event(Message, type_name="event"):

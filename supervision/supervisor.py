@@ -32,8 +32,9 @@ import zmq
 from loguru import logger
 
 from audit_outbox.link import AuditLink
+from audit_outbox.sender import BACKLOG_EVERY_S
 from audit_outbox.store import AuditOutbox
-from messages.events import ACTOR_EXITED, ACTOR_RESTARTED, ACTOR_STARTED
+from messages.events import ACTOR_EXITED, ACTOR_RESTARTED, ACTOR_STARTED, AUDIT_BACKLOG
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.settings import Settings, load_settings, settings_env
 from supervision import signals
@@ -88,6 +89,7 @@ class Supervisor:
         self._sel: selectors.BaseSelector | None = None
         self._wakeup_r = self._wakeup_w = -1
         self._publisher: Publisher | None = None
+        self._backlog_at = 0.0  # when to tell the bus the audit backlog (monotonic)
         self._beacon = Beacon(None)
 
     # -- public ------------------------------------------------------------------------------
@@ -187,6 +189,20 @@ class Supervisor:
             self._kill_hung(now)
             if self._audit is not None:
                 self._audit.pump(now)
+                self._report_backlog(now)
+
+    def _report_backlog(self, now: float) -> None:
+        """``lea:audit_backlog`` every BACKLOG_EVERY_S: the records waiting in the outbox
+        (the broker's among them: this link sends them)."""
+        if self._audit is None or self._publisher is None or now < self._backlog_at:
+            return
+        self._backlog_at = now + BACKLOG_EVERY_S
+        try:
+            pending = self._audit.outbox.count()
+        except sqlite3.Error as exc:
+            logger.warning("supervisor: cannot count the audit outbox: {}", exc)
+            return
+        self._publisher.publish(AUDIT_BACKLOG, sender=self.source, pending=pending)
 
     def _sleep_time(self, now: float) -> float:
         """Until the earliest heartbeat deadline (a little after, so it has passed)."""

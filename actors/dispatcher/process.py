@@ -20,6 +20,7 @@ stands for the sender, and local peers are trusted operators.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -46,7 +47,7 @@ from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
-from audit_outbox.sender import AuditSender
+from audit_outbox.sender import BACKLOG_EVERY_S, AuditSender
 from messages import events
 from messages.base import Message
 from messages.codec import Envelope, decode, encode, new_id
@@ -153,7 +154,17 @@ class DispatcherActor(Actor):
                                  lambda ids: self._sent.extend(ids), label=self.service)
         self.every(_FLUSH_SENT_S, lambda _now: self._flush_sent())
         self.every(_AUDIT_S, self.audit.tick)
+        self.every(BACKLOG_EVERY_S, lambda _now: self._report_backlog())
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
+
+    def _report_backlog(self) -> None:
+        """``lea:audit_backlog``: the audit records the outbox still holds."""
+        try:
+            pending = self.store.outbox_count()
+        except sqlite3.Error as exc:
+            logger.warning("dispatcher: cannot count the audit outbox: {}", exc)
+            return
+        self.publish(events.AUDIT_BACKLOG, sender=self.service, pending=pending)
 
     def run(self) -> int:
         self._grouped = True

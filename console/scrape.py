@@ -1,0 +1,80 @@
+"""``GET /metrics``: the tree's Prometheus metrics (console/metrics.py), on the console's own
+server and behind its rules (console/access.py): a scraper presents the console's token
+(``Authorization: Bearer``, ``LEA_CONSOLE_TOKEN``) as any script does; a signed-in person may
+look too. The page is the text exposition format of ``prometheus_client``.
+
+:func:`poll` is the edge that asks, every :data:`POLL_S`: monitor_router for the agents'
+last heartbeats, the broker (MMI ``mmi.service``) whether each known agent serves its
+``agent.M`` service, and the console's own audit outbox for its backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from loguru import logger
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from console.auth import state_of, who
+from console.state import ConsoleState
+from messages.monitor import MonitorStatus, MonitorStatusReply
+from transport.client import CallFailed
+
+POLL_S = 5.0
+"""How often the agents and the console's backlog are looked at (a scrape reads the last)."""
+
+scrape = APIRouter(tags=["metrics"])
+
+
+@scrape.get("/metrics", dependencies=[Depends(who)], response_class=Response, responses={
+    200: {"content": {CONTENT_TYPE_LATEST: {}}},
+    401: {"description": "No token, or a wrong one (login_required)"},
+    403: {"description": "Not from this machine (no token configured on the server)"}})
+async def metrics(console: Annotated[ConsoleState, Depends(state_of)]) -> Response:
+    """The tree's metrics for Prometheus (README "Metrics"). Async: read in the event loop,
+    the only thread that changes them."""
+    return Response(generate_latest(console.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def poll(console: ConsoleState) -> None:
+    """Until cancelled: the agents' facts and the console's backlog into the metrics."""
+    warned = False
+    while True:
+        try:
+            await _look(console)
+            warned = False
+        except CallFailed as exc:
+            if not warned:
+                logger.warning("console: metrics: the agents cannot be looked at ({})", exc)
+                warned = True
+        await asyncio.sleep(POLL_S)
+
+
+async def _look(console: ConsoleState) -> None:
+    metrics = console.metrics
+    try:
+        metrics.console_backlog = console.audit.link.outbox.count()
+    except sqlite3.Error as exc:
+        logger.warning("console: metrics: cannot count the audit outbox: {}", exc)
+        metrics.console_backlog = None
+    reply = await console.link.call("monitor_router", MonitorStatus(), timeout_s=2.0,
+                                    retries=1)
+    if not isinstance(reply, MonitorStatusReply):
+        raise CallFailed("unexpected_reply", f"monitor_router answered {reply.type_name}")
+    wall = time.time()
+    heartbeats = {a.machine_id: wall - a.age_s for a in reply.agents}
+    machines = sorted(set(heartbeats) | metrics.tracker.machines)
+    connected: dict[str, bool] = {}
+    try:
+        for machine in machines:
+            answer = await console.link.raw("mmi.service", f"agent.{machine}".encode())
+            connected[machine] = answer[:1] == [b"200"]
+    except CallFailed:
+        # The broker does not answer: whether they are connected is unknown, not "no".
+        metrics.tracker.on_agents(heartbeats, None)
+        return
+    metrics.tracker.on_agents(heartbeats, connected)

@@ -51,6 +51,8 @@ async def poll(console: ConsoleState) -> None:
             if not warned:
                 logger.warning("console: metrics: the agents cannot be looked at ({})", exc)
                 warned = True
+        except Exception:  # a bug: say so, and keep the other metrics going
+            logger.exception("console: metrics: looking at the agents failed")
         await asyncio.sleep(POLL_S)
 
 

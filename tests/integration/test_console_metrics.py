@@ -12,13 +12,10 @@ import httpx
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.app import create_app
-from console.state import ConsoleState
 from messages.replay import ReplayResumed, ResumeReplay
-from runtime.settings import Settings
 from supervision.tree import child_pid
 from tests.conftest import Spawn, wait_until
-from tests.integration.console_kit import console_system
+from tests.integration.console_kit import app_in_process, console_system
 from tests.integration.probes import ready_agent
 from tests.integration.system import clicks, workflow
 
@@ -122,16 +119,10 @@ def test_a_scraper_sees_a_replay_a_restart_and_the_brokers_role(
 def test_without_a_token_metrics_are_for_this_machine_and_a_person_only(
         tmp_path: Path) -> None:
     """In process (nothing listens, no request leaves): /metrics keeps the console's rules."""
-    settings = Settings(mdp_endpoint="tcp://127.0.0.1:9", bus_out_endpoint="tcp://127.0.0.1:9",
-                        data_dir=tmp_path)
-    app = create_app(settings)
-    app.state.console = ConsoleState.build(settings)  # no lifespan: nothing is called
-    try:
+    with app_in_process(tmp_path) as app:
         remote = TestClient(app, client=("192.0.2.7", 40000), base_url="http://192.0.2.1:8765")
         denied = remote.get("/metrics")
         assert denied.status_code == 403 and denied.json()["error"] == "loopback_only"
         local = TestClient(app, client=("127.0.0.1", 40000), base_url="http://127.0.0.1:8765")
         anonymous = local.get("/metrics", headers={"Authorization": "Bearer anything-at-all"})
         assert anonymous.status_code == 401 and anonymous.json()["error"] == "login_required"
-    finally:
-        app.state.console.close()

@@ -27,7 +27,7 @@ from broker.monitor import SocketMonitor
 from broker.refusal_audit import RefusalAudit
 from broker.tree_door import TreeDoorError
 from broker.zap import Verdict, ZapServer
-from messages.events import BAD_MESSAGE, BROKER_ROLE, PEER_REFUSED, WORKER_REFUSED
+from messages.events import BAD_MESSAGE, PEER_REFUSED, WORKER_REFUSED
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.logs import setup_logging
 from runtime.rate_limit import RateLimit
@@ -39,8 +39,6 @@ HWM = 100_000
 BAD_EVENTS_PER_S = 50.0
 PEER_EVENTS_PER_S = 200.0
 SUMMARY_EVERY_S = 10.0
-ROLE_EVERY_S = 5.0
-"""How often the broker tells the bus its role again (docs/operations.md, ``lea:broker_role``)."""
 BENIGN = {"undeliverable", "requests_requeued"}  # counters that are no one's fault
 BIND_ATTEMPTS = 40  # ~9 s: a restarted broker can race its predecessor's port release
 
@@ -60,10 +58,6 @@ class Broker:
         self.curve: CurveListener | None = None  # with settings.curve (broker/curve.py)
         self.zap: ZapServer | None = None  # ZAP for the tree's door and the CURVE listener
         self.audit = RefusalAudit(settings.data_dir)
-        # What this broker tells the bus it is (``lea:broker_role``, the metrics'
-        # lea_broker_role): a lone broker is the active one; a pair sets "backup" here.
-        self.role = "active"
-        self._role_due = 0.0  # when to tell it again (monotonic)
         self.bad = 0
         self.errors = 0
         self._reported: dict[str, int] = {}
@@ -190,9 +184,6 @@ class Broker:
             if now >= next_tick:
                 mdp.tick(now)
                 pending.add(router_fd)  # it sent heartbeats
-                if now >= self._role_due:
-                    self._report_role()
-                    self._role_due = now + ROLE_EVERY_S
                 next_tick += interval
                 if next_tick <= now:  # fell behind (a long batch): no burst of catch-up ticks
                     next_tick = now + interval
@@ -288,14 +279,6 @@ class Broker:
                 "peer": peer, "key_prefix": "", "reason": verdict.text}
         self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
         self.audit.record("peer_refused", data, self.mdp.now)
-
-    def _report_role(self) -> None:
-        """Tell the bus this broker's role; again every ROLE_EVERY_S, since the bus is lossy
-        and a watcher may come late (an event no one subscribed to costs nothing). A change
-        of role should be told at once too."""
-        self.bus.publish(BROKER_ROLE, lambda: {
-            "role": self.role, "host": socket.gethostname(),
-            "endpoint": self.settings.mdp_endpoint})
 
     def _summary(self) -> None:
         """One line per window with what changed: a warning if input was rejected or peers

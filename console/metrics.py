@@ -7,14 +7,17 @@ Each fact is taken where it already exists:
 - bus events (:meth:`Tracker.on_event`): pauses by reason, actor restarts, the timings of a
   step (``lea:action_dispatched`` → ``lea:action_acked`` of the same attempt is the action's
   duration; a step's successful report → the next dispatch of its replay is the per-step
-  overhead), the brokers' roles and the senders' audit backlogs (told again every few
-  seconds: one not heard of for :data:`STALE_S` is dropped rather than shown stale);
+  overhead), and the senders' audit backlogs (told again every few seconds: one not heard
+  of for :data:`STALE_S` is dropped rather than shown stale);
 - the dispatcher's summaries (:meth:`Tracker.on_summaries`): replays by state, and the steps
   completed, counted from each replay's ``completed_actions`` (the dispatcher's own count,
   not the lossy bus): the replays of the first full list are the baseline, the steps done
   after it are counted once each;
 - monitor_router's status and the broker's MMI (:meth:`Tracker.on_agents`): the agents'
-  last heartbeats, and whether each serves its ``agent.M`` service (connected).
+  last heartbeats, and whether each serves its ``agent.M`` service (connected);
+- each broker's own word, MMI ``mmi.broker`` (:func:`broker_seen`): its configured role
+  (``alone``, or ``primary`` / ``backup`` in a pair) and whether it serves now (``active``)
+  or not (``backup``). A broker that predates ``mmi.broker`` answers 501: it is alone.
 
 An event or a list in, :class:`Update` values out; :class:`Metrics` applies them to its own
 registry and reads the gauges from the tracker at each scrape.
@@ -22,6 +25,7 @@ registry and reads the gauges from the tracker at each scrape.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar, get_args
@@ -38,7 +42,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 STALE_S: Final = 30.0
-"""A broker role or an audit backlog not told again for this long is no longer shown."""
+"""An audit backlog not told again for this long is no longer shown."""
 MAX_TRACKED: Final = 10_000
 """Attempts in flight (and replays between two steps) remembered for the timings."""
 OVERHEAD_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -66,10 +70,36 @@ class Update:
 
 @dataclass(frozen=True, slots=True)
 class Told:
-    """A value a process tells again and again (a role, a backlog), and when we heard it."""
+    """A value a process tells again and again (its backlog), and when we heard it."""
 
-    value: str | int
+    value: int
     heard_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSeen:
+    """A broker's word on itself: ``configured`` (alone, primary, backup) and ``role``."""
+
+    configured: str
+    role: Literal["active", "backup"]
+
+
+def broker_seen(answer: list[bytes]) -> BrokerSeen | None:
+    """What an ``mmi.broker`` answer says; None if it says nothing we can read.
+
+    ``501`` (RFC 8: no such MMI service) is a broker alone, from before ``mmi.broker``: it
+    serves. Else a JSON object with ``role`` and ``state``; only ``active`` serves (a broker
+    of a pair still deciding, or passive, does not)."""
+    if answer == [b"501"]:
+        return BrokerSeen("alone", "active")
+    try:
+        said = json.loads(answer[0]) if len(answer) == 1 else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(said, dict) or not isinstance(said.get("role"), str):
+        return None
+    configured = said["role"][:32] or "unknown"
+    return BrokerSeen(configured, "active" if said.get("state") == "active" else "backup")
 
 
 @dataclass
@@ -85,7 +115,8 @@ class Tracker:
     """attempt id → (dispatched at, action type), until its report."""
     reported: dict[str, float] = field(default_factory=dict)
     """replay id → when its last step's report was applied, until its next dispatch."""
-    roles: dict[tuple[str, str], Told] = field(default_factory=dict)
+    brokers: dict[str, BrokerSeen | None] = field(default_factory=dict)
+    """broker endpoint → what it said of itself, None when it did not answer."""
     backlogs: dict[str, Told] = field(default_factory=dict)
     heartbeats: dict[str, float] = field(default_factory=dict)
     connected: dict[str, bool] = field(default_factory=dict)
@@ -107,9 +138,6 @@ class Tracker:
             return self._acked(d, at)
         if topic in (events.REPLAY_CANCELLED, events.REPLAY_COMPLETED):
             self.reported.pop(_text(d.get("replay_id")), None)
-        elif topic == events.BROKER_ROLE and d.get("role") in ROLES:
-            key = (_text(d.get("host"), "unknown"), _text(d.get("endpoint"), "unknown"))
-            self.roles[key] = Told(str(d["role"]), now)
         elif topic == events.AUDIT_BACKLOG and _count(d.get("pending")) is not None:
             self.backlogs[_text(d.get("sender"), event.source)] = Told(
                 int(d["pending"]), now)
@@ -177,29 +205,34 @@ class Tracker:
         connected = GaugeMetricFamily(
             "lea_agent_connected", "1 while the agent serves its agent.M service at the broker",
             labels=["machine_id"])
-        for machine, up in sorted(self.connected.items()):
-            connected.add_metric([machine], 1 if up else 0)
+        for machine, serves in sorted(self.connected.items()):
+            connected.add_metric([machine], 1 if serves else 0)
         heartbeat = GaugeMetricFamily(
             "lea_agent_last_heartbeat_timestamp_seconds",
             "When monitor_router last heard the agent's screen heartbeat (Unix time)",
             labels=["machine_id"])
         for machine, at in sorted(self.heartbeats.items()):
             heartbeat.add_metric([machine], at)
+        up = GaugeMetricFamily("lea_broker_up", "1 while the broker answers (mmi.broker)",
+                               labels=["endpoint"])
         role = GaugeMetricFamily(
-            "lea_broker_role", "1 for the role the broker has now (active or backup)",
-            labels=["host", "endpoint", "role"])
-        for (host, endpoint), told in sorted(self._fresh(self.roles, now).items()):
-            for name in ROLES:
-                role.add_metric([host, endpoint, name], 1 if told.value == name else 0)
+            "lea_broker_role", "1 for what the broker is now: active (it serves) or backup",
+            labels=["endpoint", "configured", "role"])
+        for endpoint, seen in sorted(self.brokers.items()):
+            up.add_metric([endpoint], 0 if seen is None else 1)
+            if seen is not None:
+                for name in ROLES:
+                    role.add_metric([endpoint, seen.configured, name],
+                                    1 if seen.role == name else 0)
         backlog = GaugeMetricFamily(
             "lea_audit_backlog", "Audit records a sender holds that audit_log has not "
             "acknowledged yet", labels=["sender"])
-        backlogs = {k: int(v.value) for k, v in self._fresh(self.backlogs, now).items()}
+        backlogs = {k: v.value for k, v in self._fresh(self.backlogs, now).items()}
         if console_backlog is not None:
             backlogs["console"] = console_backlog
         for sender, n in sorted(backlogs.items()):
             backlog.add_metric([sender], n)
-        return [replays, connected, heartbeat, role, backlog]
+        return [replays, connected, heartbeat, up, role, backlog]
 
     @staticmethod
     def _fresh(told: dict[K, Told], now: float) -> dict[K, Told]:

@@ -3,29 +3,68 @@ server and behind its rules (console/access.py): a scraper presents the console'
 (``Authorization: Bearer``, ``LEA_CONSOLE_TOKEN``) as any script does; a signed-in person may
 look too. The page is the text exposition format of ``prometheus_client``.
 
-:func:`poll` is the edge that asks, every :data:`POLL_S`: monitor_router for the agents'
-last heartbeats, the broker (MMI ``mmi.service``) whether each known agent serves its
-``agent.M`` service, and the console's own audit outbox for its backlog.
+:func:`poll` is the edge that asks, every :data:`POLL_S`: each broker what it is (MMI
+``mmi.broker``, answered in every state of a pair and never taken for a peer failing over),
+monitor_router for the agents' last heartbeats, the broker whether each known agent serves
+its ``agent.M`` service (``mmi.service``), and the console's own audit outbox for its
+backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
+import zmq
 from fastapi import APIRouter, Depends, Response
 from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from console.auth import state_of, who
+from console.metrics import BrokerSeen, broker_seen
 from console.state import ConsoleState
 from messages.monitor import MonitorStatus, MonitorStatusReply
-from transport.client import CallFailed
+from runtime.settings import Settings
+from transport.client import CallFailed, SyncClient
 
 POLL_S = 5.0
-"""How often the agents and the console's backlog are looked at (a scrape reads the last)."""
+"""How often the brokers, the agents and the console's backlog are looked at (a scrape
+reads the last)."""
+BROKER_TIMEOUT_S = 1.0
+
+
+def broker_endpoints(settings: Settings) -> tuple[str, ...]:
+    """The brokers to ask what they are: the one the console uses (a pair's two, once the
+    settings name the backup's)."""
+    return (settings.mdp_endpoint,)
+
+
+class Brokers:
+    """One blocking client per broker, asked in turn from a worker thread (one at a time)."""
+
+    def __init__(self, endpoints: tuple[str, ...]) -> None:
+        self._ctx: zmq.Context[Any] = zmq.Context()
+        self._clients = {e: SyncClient(e, self._ctx) for e in endpoints}
+
+    def ask(self) -> dict[str, BrokerSeen | None]:
+        seen: dict[str, BrokerSeen | None] = {}
+        for endpoint, client in self._clients.items():
+            try:
+                # MDP asks for a body, even an empty one (RFC 7's REQUEST).
+                seen[endpoint] = broker_seen(client.raw(
+                    "mmi.broker", b"", timeout_s=BROKER_TIMEOUT_S, retries=0))
+            except CallFailed:
+                seen[endpoint] = None
+        return seen
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            with contextlib.suppress(zmq.ZMQError):
+                client.close()
+        self._ctx.term()
 
 scrape = APIRouter(tags=["metrics"])
 
@@ -41,10 +80,20 @@ async def metrics(console: Annotated[ConsoleState, Depends(state_of)]) -> Respon
 
 
 async def poll(console: ConsoleState) -> None:
-    """Until cancelled: the agents' facts and the console's backlog into the metrics."""
+    """Until cancelled: the brokers', the agents' facts and the console's backlog into the
+    metrics."""
+    brokers = Brokers(broker_endpoints(console.settings))
+    try:
+        await _poll(console, brokers)
+    finally:
+        await asyncio.to_thread(brokers.close)
+
+
+async def _poll(console: ConsoleState, brokers: Brokers) -> None:
     warned = False
     while True:
         try:
+            console.metrics.tracker.brokers = await asyncio.to_thread(brokers.ask)
             await _look(console)
             warned = False
         except CallFailed as exc:

@@ -58,9 +58,6 @@ AUDIT_RECORD_CONFLICT: Final = "lea:audit_record_conflict"
 AUDIT_BACKLOG: Final = "lea:audit_backlog"
 """A sender's audit records not yet acknowledged by audit_log (``sender``, ``pending``),
 told every few seconds (the metrics' ``lea_audit_backlog``, docs/operations.md)."""
-BROKER_ROLE: Final = "lea:broker_role"
-"""A broker's role (``role`` ``active`` or ``backup``, ``host``, ``endpoint``), told every few
-seconds (the metrics' ``lea_broker_role``)."""
 
 
 class Event(Message, type_name="event"):

@@ -1,7 +1,8 @@
 """The Prometheus endpoint over real HTTP, against the whole tree (``python run.py``) and a
 simulated agent: a scraper with the console's token sees the numbers move through a replay
 (steps, replays by state, pauses, timings, the agent connected), an actor's restart after
-kill -9, the broker's role and the audit backlogs; a scrape without the token is refused."""
+kill -9, the broker's word on its role and the audit backlogs; a scrape without the token is
+refused."""
 
 from __future__ import annotations
 
@@ -105,15 +106,16 @@ def test_a_scraper_sees_a_replay_a_restart_and_the_brokers_role(
         restarts = ("lea_actor_restarts_total", (("actor", "loop_detector"),))
         assert seen(scraper, lambda s: restarts in s)[restarts] == 1
 
-        # Told again and again by the processes themselves: the broker's role, the backlogs.
-        told = seen(scraper, lambda s: any(
-            name == "lea_broker_role" and ("role", "active") in labels and value == 1
-            for (name, labels), value in s.items()) and {"dispatcher", "supervisor",
-                                                          "console"} <= {
+        # The broker's own word (a broker alone is active), and each sender's audit backlog.
+        endpoint = lea_env["LEA_MDP_ENDPOINT"]
+        told = seen(scraper, lambda s: ("lea_broker_up", (("endpoint", endpoint),)) in s
+                    and {"dispatcher", "supervisor", "console"} <= {
             dict(labels)["sender"] for (name, labels) in s if name == "lea_audit_backlog"})
+        assert told[("lea_broker_up", (("endpoint", endpoint),))] == 1
+        broker = (("configured", "alone"), ("endpoint", endpoint))
+        assert told[("lea_broker_role", (*broker, ("role", "active")))] == 1
+        assert told[("lea_broker_role", (*broker, ("role", "backup")))] == 0
         assert all(v >= 0 for (name, _), v in told.items() if name == "lea_audit_backlog")
-        assert not any(name == "lea_broker_role" and ("role", "backup") in labels and v == 1
-                       for (name, labels), v in told.items())
 
 
 def test_without_a_token_metrics_are_for_this_machine_and_a_person_only(

@@ -16,9 +16,11 @@ from console.metrics import (
     RESTARTS,
     STALE_S,
     STEPS,
+    BrokerSeen,
     Metrics,
     Tracker,
     Update,
+    broker_seen,
 )
 from messages import events
 from messages.events import Event
@@ -90,8 +92,23 @@ def test_restarts_and_pauses_are_counted_by_name_and_bad_data_is_not_a_crash() -
         assert t.on_event(Event(topic=events.ACTION_ACKED, source="x", at=1.0, data=data),
                           0.0) == []
     assert t.on_event(ev(events.AUDIT_BACKLOG, pending=-1, sender="x"), 0.0) == []
-    assert t.on_event(ev(events.BROKER_ROLE, role="primary"), 0.0) == []
-    assert t.backlogs == {} and t.roles == {}
+    assert t.on_event(ev(events.AUDIT_BACKLOG, pending=True, sender="x"), 0.0) == []
+    assert t.backlogs == {}
+
+
+def test_what_a_broker_says_of_itself() -> None:
+    # A broker from before mmi.broker: RFC 8's 501, a broker alone, serving.
+    assert broker_seen([b"501"]) == BrokerSeen("alone", "active")
+    assert broker_seen([b'{"role": "alone", "state": "active"}']) == BrokerSeen(
+        "alone", "active")
+    assert broker_seen([b'{"role": "primary", "state": "active", "peer_state": "passive"}']
+                       ) == BrokerSeen("primary", "active")
+    # A pair's broker that does not serve: passive, or still deciding.
+    for state in ("passive", "backup", "primary"):
+        assert broker_seen([b'{"role": "backup", "state": "%s"}' % state.encode()]
+                           ) == BrokerSeen("backup", "backup")
+    for garbage in ([], [b"404"], [b"\xff"], [b"[1]"], [b'{"state": "active"}'], [b"1", b"2"]):
+        assert broker_seen(garbage) is None
 
 
 def test_attempts_never_reported_are_forgotten_past_a_bound() -> None:
@@ -127,8 +144,8 @@ def test_a_scrape_reads_the_counters_histograms_and_gauges() -> None:
     m.on_event(ev(events.ACTION_ACKED, 1.3, replay_id="r1", attempt_id="a1", success=True))
     m.on_event(ev(events.REPLAY_PAUSED, 1.3, replay_id="r1", reason="pause_for_human"))
     m.on_event(ev(events.ACTOR_RESTARTED, source="supervisor", name="dispatcher"))
-    m.on_event(ev(events.BROKER_ROLE, source="broker", role="active", host="h",
-                  endpoint="tcp://127.0.0.1:5555"))
+    m.tracker.brokers = {"tcp://a:5555": BrokerSeen("primary", "active"),
+                         "tcp://b:5555": None}
     m.on_event(ev(events.AUDIT_BACKLOG, sender="dispatcher", pending=12))
     m.console_backlog = 0
     m.tracker.on_agents({"M1": 1234.5}, {"M1": True, "M2": False})
@@ -147,18 +164,19 @@ def test_a_scrape_reads_the_counters_histograms_and_gauges() -> None:
     assert got[("lea_agent_connected", (("machine_id", "M2"),))] == 0
     assert got[("lea_agent_last_heartbeat_timestamp_seconds", (("machine_id", "M1"),))] \
         == 1234.5
-    role = (("endpoint", "tcp://127.0.0.1:5555"), ("host", "h"))
+    role = (("configured", "primary"), ("endpoint", "tcp://a:5555"))
     assert got[("lea_broker_role", (*role, ("role", "active")))] == 1
     assert got[("lea_broker_role", (*role, ("role", "backup")))] == 0
+    assert got[("lea_broker_up", (("endpoint", "tcp://a:5555"),))] == 1
+    # A broker that does not answer: down, and no role said for it.
+    assert got[("lea_broker_up", (("endpoint", "tcp://b:5555"),))] == 0
+    assert not [k for k in got if k[0] == "lea_broker_role" and ("endpoint", "tcp://b:5555")
+                in k[1]]
     assert got[("lea_audit_backlog", (("sender", "dispatcher"),))] == 12
     assert got[("lea_audit_backlog", (("sender", "console"),))] == 0
 
-    # A broker that turns backup says so; one no longer heard of is not shown any more.
-    m.on_event(ev(events.BROKER_ROLE, source="broker", role="backup", host="h",
-                  endpoint="tcp://127.0.0.1:5555"))
-    assert samples(m)[("lea_broker_role", (*role, ("role", "backup")))] == 1
+    # A backlog no longer told is not shown any more; the console's own is read, not told.
     clock[0] += STALE_S + 1
     after = samples(m)
-    assert not any(name == "lea_broker_role" for name, _ in after)
     assert ("lea_audit_backlog", (("sender", "dispatcher"),)) not in after
     assert after[("lea_audit_backlog", (("sender", "console"),))] == 0  # read, not told

@@ -4,11 +4,12 @@ how each fact becomes a number. Pure: no sockets, no clock of its own (callers p
 
 Each fact is taken where it already exists:
 
-- bus events (:meth:`Tracker.on_event`): pauses by reason, actor restarts, the timings of a
+- bus events (:meth:`Tracker.on_event`): pauses by reason, the timings of a
   step (``lea:action_dispatched`` → ``lea:action_acked`` of the same attempt is the action's
   duration; a step's successful report → the next dispatch of its replay is the per-step
-  overhead), and the senders' audit backlogs (told again every few seconds: one not heard
-  of for :data:`STALE_S` is dropped rather than shown stale);
+  overhead), the supervisor's count of restarts of each child, and the senders' audit
+  backlogs (these two told again every few seconds, so a lost event costs nothing; a
+  backlog not heard of for :data:`STALE_S` is dropped rather than shown stale);
 - the dispatcher's summaries (:meth:`Tracker.on_summaries`): replays by state, and the steps
   completed, counted from each replay's ``completed_actions`` (the dispatcher's own count,
   not the lossy bus): the replays of the first full list are the baseline, the steps done
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from messages import events
@@ -53,7 +54,6 @@ ROLES: Final = ("active", "backup")
 
 STEPS: Final = "lea_steps_completed"
 PAUSES: Final = "lea_pauses"
-RESTARTS: Final = "lea_actor_restarts"
 OVERHEAD: Final = "lea_step_overhead_seconds"
 ACTION: Final = "lea_action_duration_seconds"
 
@@ -118,6 +118,8 @@ class Tracker:
     brokers: dict[str, BrokerSeen | None] = field(default_factory=dict)
     """broker endpoint → what it said of itself, None when it did not answer."""
     backlogs: dict[str, Told] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    """child → its restarts, as the supervisor last told them (its own count)."""
     heartbeats: dict[str, float] = field(default_factory=dict)
     connected: dict[str, bool] = field(default_factory=dict)
 
@@ -130,14 +132,15 @@ class Tracker:
         if topic == events.REPLAY_PAUSED:
             self.reported.pop(_text(d.get("replay_id")), None)
             return [Update("inc", PAUSES, (_text(d.get("reason"), "unknown"),))]
-        if topic == events.ACTOR_RESTARTED:
-            return [Update("inc", RESTARTS, (_text(d.get("name"), "unknown"),))]
         if topic == events.ACTION_DISPATCHED:
             return self._dispatched(d, at)
         if topic == events.ACTION_ACKED:
             return self._acked(d, at)
         if topic in (events.REPLAY_CANCELLED, events.REPLAY_COMPLETED):
             self.reported.pop(_text(d.get("replay_id")), None)
+        elif topic == events.RESTART_COUNTS and isinstance(d.get("counts"), dict):
+            self.restarts = {name: n for name, n in d["counts"].items()
+                             if isinstance(name, str) and _count(n) is not None}
         elif topic == events.AUDIT_BACKLOG and _count(d.get("pending")) is not None:
             self.backlogs[_text(d.get("sender"), event.source)] = Told(
                 int(d["pending"]), now)
@@ -194,7 +197,8 @@ class Tracker:
 
     # -- gauges at a scrape ----------------------------------------------------------------
 
-    def gauges(self, now: float, console_backlog: int | None) -> list[GaugeMetricFamily]:
+    def gauges(self, now: float, console_backlog: int | None
+               ) -> list[GaugeMetricFamily | CounterMetricFamily]:
         replays = GaugeMetricFamily("lea_replays", "Replays by state (the dispatcher's word)",
                                     labels=["state"])
         counts = dict.fromkeys(STATES, 0)
@@ -232,7 +236,12 @@ class Tracker:
             backlogs["console"] = console_backlog
         for sender, n in sorted(backlogs.items()):
             backlog.add_metric([sender], n)
-        return [replays, connected, heartbeat, up, role, backlog]
+        restarts = CounterMetricFamily(
+            "lea_actor_restarts", "Restarts of each child of the supervisor since it started "
+            "(its own count)", labels=["actor"])
+        for actor, n in sorted(self.restarts.items()):
+            restarts.add_metric([actor], n)
+        return [replays, connected, heartbeat, up, role, backlog, restarts]
 
     @staticmethod
     def _fresh(told: dict[K, Told], now: float) -> dict[K, Told]:
@@ -255,8 +264,6 @@ class Metrics:
             STEPS: Counter(STEPS, "Steps completed (rate() gives steps per second)",
                            registry=r),
             PAUSES: Counter(PAUSES, "Replay pauses by reason", ["reason"], registry=r),
-            RESTARTS: Counter(RESTARTS, "Restarts of a child of the supervisor", ["actor"],
-                              registry=r),
         }
         self._histograms = {
             OVERHEAD: Histogram(OVERHEAD, "The dispatcher's time from a step's report to the "
@@ -289,7 +296,7 @@ class _Gauges(Collector):
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         m = self._metrics
         yield from m.tracker.gauges(m.clock(), m.console_backlog)
 

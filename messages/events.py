@@ -35,6 +35,9 @@ REPLAY_COMPLETED: Final = "lea:replay_completed"
 ACTOR_STARTED: Final = "lea:actor_started"
 ACTOR_EXITED: Final = "lea:actor_exited"
 ACTOR_RESTARTED: Final = "lea:actor_restarted"
+RESTART_COUNTS: Final = "lea:restart_counts"
+"""Every few seconds, the supervisor's count of each child's restarts since it started
+(``counts``: name → n): the metrics' ``lea_actor_restarts_total``."""
 PEER_CONNECTED: Final = "lea:peer_connected"
 PEER_DISCONNECTED: Final = "lea:peer_disconnected"
 # A CURVE handshake refused by the broker (key not in the allow-list); docs/protocol.md.

@@ -104,7 +104,7 @@ def test_a_scraper_sees_a_replay_a_restart_and_the_brokers_role(
         wait_until(lambda: child_pid(system.tree.pid, "loop_detector") not in (None, killed),
                    timeout=20)
         restarts = ("lea_actor_restarts_total", (("actor", "loop_detector"),))
-        assert seen(scraper, lambda s: restarts in s)[restarts] == 1
+        assert seen(scraper, lambda s: s.get(restarts) == 1)[restarts] == 1
 
         # The broker's own word (a broker alone is active), and each sender's audit backlog.
         endpoint = lea_env["LEA_MDP_ENDPOINT"]
@@ -116,6 +116,17 @@ def test_a_scraper_sees_a_replay_a_restart_and_the_brokers_role(
         assert told[("lea_broker_role", (*broker, ("role", "active")))] == 1
         assert told[("lea_broker_role", (*broker, ("role", "backup")))] == 0
         assert all(v >= 0 for (name, _), v in told.items() if name == "lea_audit_backlog")
+        assert told[("lea_actor_restarts_total", (("actor", "broker"),))] == 0
+
+        # kill -9 of the broker: its restart's event dies with it, the supervisor's count
+        # does not; and the broker answers again.
+        killed = system.kill("broker")
+        wait_until(lambda: child_pid(system.tree.pid, "broker") not in (None, killed),
+                   timeout=20)
+        back = seen(scraper, lambda s: s.get(("lea_actor_restarts_total",
+                                              (("actor", "broker"),))) == 1
+                    and s.get(("lea_broker_up", (("endpoint", endpoint),))) == 1)
+        assert back[("lea_actor_restarts_total", (("actor", "loop_detector"),))] == 1
 
 
 def test_without_a_token_metrics_are_for_this_machine_and_a_person_only(

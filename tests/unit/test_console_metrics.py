@@ -13,7 +13,6 @@ from console.metrics import (
     MAX_TRACKED,
     OVERHEAD,
     PAUSES,
-    RESTARTS,
     STALE_S,
     STEPS,
     BrokerSeen,
@@ -82,10 +81,16 @@ def test_waits_that_are_not_the_dispatchers_are_not_overhead() -> None:
                       0.0) == []
 
 
-def test_restarts_and_pauses_are_counted_by_name_and_bad_data_is_not_a_crash() -> None:
+def test_restarts_are_the_supervisors_count_and_pauses_are_counted_by_reason() -> None:
     t = Tracker()
+    # One restart event is no count of ours: the supervisor tells its own, again and again.
     assert t.on_event(ev(events.ACTOR_RESTARTED, source="supervisor", name="watchdog"),
-                      0.0) == [Update("inc", RESTARTS, ("watchdog",))]
+                      0.0) == []
+    assert t.on_event(ev(events.RESTART_COUNTS, source="supervisor", counts={
+        "watchdog": 2, "broker": 0, "bad": -1, "worse": "x"}), 0.0) == []
+    assert t.restarts == {"watchdog": 2, "broker": 0}
+    t.on_event(ev(events.RESTART_COUNTS, source="supervisor", counts=[1]), 0.0)
+    assert t.restarts == {"watchdog": 2, "broker": 0}  # not a count: the last one stays
     assert t.on_event(ev(events.REPLAY_PAUSED, replay_id=None, reason=3), 0.0) == [
         Update("inc", PAUSES, ("unknown",))]
     for data in ({"attempt_id": 5, "at": "x"}, {"success": "yes"}, {}):
@@ -143,7 +148,8 @@ def test_a_scrape_reads_the_counters_histograms_and_gauges() -> None:
                   action_type="click"))
     m.on_event(ev(events.ACTION_ACKED, 1.3, replay_id="r1", attempt_id="a1", success=True))
     m.on_event(ev(events.REPLAY_PAUSED, 1.3, replay_id="r1", reason="pause_for_human"))
-    m.on_event(ev(events.ACTOR_RESTARTED, source="supervisor", name="dispatcher"))
+    m.on_event(ev(events.RESTART_COUNTS, source="supervisor", counts={"dispatcher": 1,
+                                                                       "watchdog": 0}))
     m.tracker.brokers = {"tcp://a:5555": BrokerSeen("primary", "active"),
                          "tcp://b:5555": None}
     m.on_event(ev(events.AUDIT_BACKLOG, sender="dispatcher", pending=12))
@@ -156,6 +162,7 @@ def test_a_scrape_reads_the_counters_histograms_and_gauges() -> None:
     assert got[("lea_replays", (("state", "completed"),))] == 0
     assert got[("lea_pauses_total", (("reason", "pause_for_human"),))] == 1
     assert got[("lea_actor_restarts_total", (("actor", "dispatcher"),))] == 1
+    assert got[("lea_actor_restarts_total", (("actor", "watchdog"),))] == 0
     assert got[("lea_action_duration_seconds_count", (("action_type", "click"),))] == 1
     assert abs(got[("lea_action_duration_seconds_sum", (("action_type", "click"),))]
                - 0.3) < 1e-9

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from typing import Annotated, Any
 
@@ -43,13 +44,19 @@ def broker_endpoints(settings: Settings) -> tuple[str, ...]:
 
 
 class Brokers:
-    """One blocking client per broker, asked in turn from a worker thread (one at a time)."""
+    """One blocking client per broker, asked in turn from a worker thread. The lock keeps
+    one thread at a time on the sockets: a close at shutdown waits for an ask under way."""
 
     def __init__(self, endpoints: tuple[str, ...]) -> None:
         self._ctx: zmq.Context[Any] = zmq.Context()
         self._clients = {e: SyncClient(e, self._ctx) for e in endpoints}
+        self._lock = threading.Lock()
 
     def ask(self) -> dict[str, BrokerSeen | None]:
+        with self._lock:
+            return self._ask()
+
+    def _ask(self) -> dict[str, BrokerSeen | None]:
         seen: dict[str, BrokerSeen | None] = {}
         for endpoint, client in self._clients.items():
             try:
@@ -61,10 +68,12 @@ class Brokers:
         return seen
 
     def close(self) -> None:
-        for client in self._clients.values():
-            with contextlib.suppress(zmq.ZMQError):
-                client.close()
-        self._ctx.term()
+        with self._lock:
+            for client in self._clients.values():
+                with contextlib.suppress(zmq.ZMQError):
+                    client.close()
+            self._ctx.term()
+
 
 scrape = APIRouter(tags=["metrics"])
 

@@ -49,6 +49,9 @@ BATCH_BYTES = 8 * 1024 * 1024
 """A batch stops growing past this much data and images: half the message size limit."""
 RETRY_S = 1.0
 """After a failed batch, wait this long before sending again (audit_log may be restarting)."""
+BACKLOG_EVERY_S = 5.0
+"""How often a sender tells the bus its backlog (``lea:audit_backlog``, the metrics'
+``lea_audit_backlog``): a count of its outbox, cheap at this pace."""
 CALL_TIMEOUT_S = 5.0
 """One append of a full batch (fsync included) takes milliseconds; a batch lost with a killed
 audit_log is sent again after this."""

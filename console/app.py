@@ -19,7 +19,9 @@ from console.api import api
 from console.auth import auth
 from console.bus_feed import BusFeed
 from console.pages import pages, templates
+from console.scrape import poll, scrape
 from console.state import ApiProblem, ConsoleState
+from messages.events import Event
 from runtime.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -99,10 +101,16 @@ def create_app(settings: Settings) -> FastAPI:
         console = ConsoleState.build(settings)
         app.state.console = console
         loop = asyncio.get_running_loop()
-        feed = BusFeed(settings.bus_out_endpoint, loop, console.live.on_event)
+
+        def on_event(event: Event) -> None:
+            console.metrics.on_event(event)
+            console.live.on_event(event)
+
+        feed = BusFeed(settings.bus_out_endpoint, loop, on_event)
         feed.start()
         tasks = [asyncio.create_task(console.live.run(), name="console-refresh"),
-                 asyncio.create_task(console.audit.run(), name="console-audit")]
+                 asyncio.create_task(console.audit.run(), name="console-audit"),
+                 asyncio.create_task(poll(console), name="console-metrics")]
         try:
             yield
         finally:
@@ -124,6 +132,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(auth)
     app.include_router(api)
     app.include_router(pages)
+    app.include_router(scrape)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(SecurityHeaders)
     return app

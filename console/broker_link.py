@@ -46,6 +46,18 @@ class BrokerLink:
         finally:
             self._idle.put(client)
 
+    async def raw(self, service: str, *body: bytes, timeout_s: float = 2.0) -> list[bytes]:
+        """The body frames of a raw request (``mmi.*``: the broker answers it itself)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._raw, service, body, timeout_s)
+
+    def _raw(self, service: str, body: tuple[bytes, ...], timeout_s: float) -> list[bytes]:
+        client = self._borrow()
+        try:
+            return client.raw(service, *body, timeout_s=timeout_s, retries=0)
+        finally:
+            self._idle.put(client)
+
     def _borrow(self) -> SyncClient:
         try:
             return self._idle.get_nowait()

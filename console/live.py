@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from loguru import logger
 
@@ -34,8 +35,12 @@ BACKFILL_MAX = 20
 
 
 class Live:
-    def __init__(self, link: BrokerLink, board: Board, hub: Hub, trail: TrailCache) -> None:
+    def __init__(self, link: BrokerLink, board: Board, hub: Hub, trail: TrailCache,
+                 on_summaries: Callable[[list[ReplaySummary], bool], None] | None = None
+                 ) -> None:
         self.link = link
+        # Told every list of summaries, and whether it is the whole list (the metrics).
+        self._on_summaries = on_summaries
         self.board = board
         self.hub = hub
         self.trail = trail
@@ -68,7 +73,9 @@ class Live:
             self._dirty.add(replay_id)
         self._wake.set()
 
-    def apply(self, summaries: list[ReplaySummary]) -> None:
+    def apply(self, summaries: list[ReplaySummary], full: bool = False) -> None:
+        if self._on_summaries is not None:
+            self._on_summaries(summaries, full)
         for changed in self.board.apply(summaries):
             self.hub.publish("replay", changed.model_dump(mode="json"))
         todo = [s.replay_id for s in summaries if s.status in ACTIVE
@@ -116,7 +123,7 @@ class Live:
             self._set_dispatcher("ok")
             if full:
                 self._full_due = time.monotonic() + FULL_REFRESH_S
-            self.apply(summaries)
+            self.apply(summaries, full)
             self.ready.set()
 
     async def _fetch(self, replay_ids: set[str] | None) -> list[ReplaySummary]:

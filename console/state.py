@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from console.board import Board
 from console.broker_link import BrokerLink
 from console.bus_feed import Hub
 from console.live import Live
+from console.metrics import Metrics
 from console.trail import TrailCache
 from console.views import ReplayDetail, pause_view
 from runtime.settings import Settings
@@ -74,14 +76,17 @@ class ConsoleState:
     accounts: AccountStore
     audit: AuditPump
     limits: OncePer
+    metrics: Metrics
 
     @classmethod
     def build(cls, settings: Settings) -> ConsoleState:
         link = BrokerLink(settings.mdp_endpoint)
         board, hub, trail = Board(), Hub(), TrailCache(link)
         accounts = AccountStore.in_dir(settings.data_dir)
-        return cls(settings, link, board, hub, Live(link, board, hub, trail), trail, accounts,
-                   AuditPump(settings.mdp_endpoint, accounts.path), OncePer())
+        metrics = Metrics(time.monotonic)
+        return cls(settings, link, board, hub,
+                   Live(link, board, hub, trail, metrics.on_summaries), trail, accounts,
+                   AuditPump(settings.mdp_endpoint, accounts.path), OncePer(), metrics)
 
     def close_local(self) -> None:
         """Close what belongs to the event loop's thread (its SQLite connections); then

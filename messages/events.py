@@ -35,6 +35,9 @@ REPLAY_COMPLETED: Final = "lea:replay_completed"
 ACTOR_STARTED: Final = "lea:actor_started"
 ACTOR_EXITED: Final = "lea:actor_exited"
 ACTOR_RESTARTED: Final = "lea:actor_restarted"
+RESTART_COUNTS: Final = "lea:restart_counts"
+"""Every few seconds, the supervisor's count of each child's restarts since it started
+(``counts``: name → n): the metrics' ``lea_actor_restarts_total``."""
 PEER_CONNECTED: Final = "lea:peer_connected"
 PEER_DISCONNECTED: Final = "lea:peer_disconnected"
 # A CURVE handshake refused by the broker (key not in the allow-list); docs/protocol.md.
@@ -55,6 +58,9 @@ CONSULT_MISSED: Final = "lea:consult_missed"
 """The monitor router or safety_checks did not answer: the dispatcher's fallback was used."""
 AUDIT_RECORD_CONFLICT: Final = "lea:audit_record_conflict"
 """A record re-sent under a known record_id with another content (the first is kept)."""
+AUDIT_BACKLOG: Final = "lea:audit_backlog"
+"""A sender's audit records not yet acknowledged by audit_log (``sender``, ``pending``),
+told every few seconds (the metrics' ``lea_audit_backlog``, docs/operations.md)."""
 
 
 class Event(Message, type_name="event"):

@@ -32,8 +32,15 @@ import zmq
 from loguru import logger
 
 from audit_outbox.link import AuditLink
+from audit_outbox.sender import BACKLOG_EVERY_S
 from audit_outbox.store import AuditOutbox
-from messages.events import ACTOR_EXITED, ACTOR_RESTARTED, ACTOR_STARTED
+from messages.events import (
+    ACTOR_EXITED,
+    ACTOR_RESTARTED,
+    ACTOR_STARTED,
+    AUDIT_BACKLOG,
+    RESTART_COUNTS,
+)
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.settings import Settings, load_settings, settings_env
 from supervision import signals
@@ -88,6 +95,8 @@ class Supervisor:
         self._sel: selectors.BaseSelector | None = None
         self._wakeup_r = self._wakeup_w = -1
         self._publisher: Publisher | None = None
+        self._report_at = 0.0  # when to tell the bus the counts below (monotonic)
+        self._restarts: dict[str, int] = {}  # restarts of each child since we started
         self._beacon = Beacon(None)
 
     # -- public ------------------------------------------------------------------------------
@@ -187,6 +196,26 @@ class Supervisor:
             self._kill_hung(now)
             if self._audit is not None:
                 self._audit.pump(now)
+            self._report(now)
+
+    def _report(self, now: float) -> None:
+        """Every BACKLOG_EVERY_S: ``lea:restart_counts`` (each child's restarts since this
+        supervisor started: told again and again, a restart event lost with the broker it
+        restarted is still counted) and ``lea:audit_backlog`` (the records waiting in the
+        outbox, the broker's among them: this link sends them)."""
+        if self._publisher is None or now < self._report_at:
+            return
+        self._report_at = now + BACKLOG_EVERY_S
+        counts = {c.name: self._restarts.get(c.name, 0) for c in self._children}
+        self._publisher.publish(RESTART_COUNTS, counts={**self._restarts, **counts})
+        if self._audit is None:
+            return
+        try:
+            pending = self._audit.outbox.count()
+        except sqlite3.Error as exc:
+            logger.warning("supervisor: cannot count the audit outbox: {}", exc)
+            return
+        self._publisher.publish(AUDIT_BACKLOG, sender=self.source, pending=pending)
 
     def _sleep_time(self, now: float) -> float:
         """Until the earliest heartbeat deadline (a little after, so it has passed)."""
@@ -301,6 +330,7 @@ class Supervisor:
                 self._pending.append((child, Exit(ExitReason.EXIT, code=_SPAWN_FAILED)))
                 continue
             logger.info("supervisor: {} restarted (pid {}, was {})", name, pid, previous_pid)
+            self._restarts[name] = self._restarts.get(name, 0) + 1
             self._emit(ACTOR_RESTARTED, name=name, pid=pid, previous_pid=previous_pid,
                        why=decision.why, restarts_in_period=decision.restarts_in_period,
                        restarts=child.starts - 1)

@@ -46,7 +46,7 @@ from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
-from audit_outbox.sender import AuditSender
+from audit_outbox.sender import BACKLOG_EVERY_S, AuditSender
 from messages import events
 from messages.base import Message
 from messages.codec import Envelope, decode, encode, new_id
@@ -153,7 +153,17 @@ class DispatcherActor(Actor):
                                  lambda ids: self._sent.extend(ids), label=self.service)
         self.every(_FLUSH_SENT_S, lambda _now: self._flush_sent())
         self.every(_AUDIT_S, self.audit.tick)
+        self.every(BACKLOG_EVERY_S, lambda _now: self._report_backlog())
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
+
+    def _report_backlog(self) -> None:
+        """``lea:audit_backlog``: the audit records the outbox still holds."""
+        try:
+            pending = self.store.outbox_count()
+        except Exception as exc:  # whichever database: a count for watchers stops nothing
+            logger.warning("dispatcher: cannot count the audit outbox: {}", exc)
+            return
+        self.publish(events.AUDIT_BACKLOG, sender=self.service, pending=pending)
 
     def run(self) -> int:
         self._grouped = True

@@ -152,6 +152,11 @@ class DispatcherStore:
         (top,) = self._db.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
         return int(top)
 
+    def outbox_count(self) -> int:
+        """Audit records committed and not yet acknowledged by audit_log (the backlog)."""
+        (n,) = self._db.execute("SELECT count(*) FROM outbox").fetchone()
+        return int(n)
+
     # Loading ------------------------------------------------------------------------------
 
     def load(self) -> DispatcherState:

@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from console.app import create_app
+from console.state import ConsoleState
+from runtime.settings import Settings
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
 from tests.integration.probes import cli
 from tests.integration.system import System
@@ -50,6 +54,20 @@ def console_system(spawn: Spawn, env: dict[str, str], tmp: Path,
 
     wait_until(up, timeout=20, interval=0.1)
     return system, url
+
+
+@contextlib.contextmanager
+def app_in_process(tmp: Path) -> Iterator[FastAPI]:
+    """The console's app without its lifespan (nothing listens, nothing is called), for its
+    access rules under fastapi's TestClient."""
+    settings = Settings(mdp_endpoint="tcp://127.0.0.1:9", bus_out_endpoint="tcp://127.0.0.1:9",
+                        data_dir=tmp)
+    app = create_app(settings)
+    app.state.console = ConsoleState.build(settings)
+    try:
+        yield app
+    finally:
+        app.state.console.close()
 
 
 @contextlib.contextmanager

@@ -17,15 +17,13 @@ import httpx
 from fastapi.testclient import TestClient
 
 from console.access import SESSION_COOKIE
-from console.app import create_app
-from console.state import ConsoleState
 from messages.audit import AuditPage, AuditQuery
-from runtime.settings import Settings
 from supervision.tree import child_pid
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
 from tests.integration.console_kit import (
     PASSWORD,
     add_account,
+    app_in_process,
     audit_records,
     console_records,
     console_system,
@@ -349,11 +347,7 @@ def test_bad_input_gets_a_clear_4xx_and_harms_nothing(
 
 def test_without_a_token_only_this_machine_is_served(tmp_path: Path) -> None:
     """In process (nothing listens, no request leaves): the app's own access rule."""
-    settings = Settings(mdp_endpoint="tcp://127.0.0.1:9", bus_out_endpoint="tcp://127.0.0.1:9",
-                        data_dir=tmp_path)
-    app = create_app(settings)
-    app.state.console = ConsoleState.build(settings)  # no lifespan: nothing is called
-    try:
+    with app_in_process(tmp_path) as app:
         remote = TestClient(app, client=("192.0.2.7", 40000), base_url="http://192.0.2.1:8765")
         denied = remote.get("/api/replays")
         assert denied.status_code == 403 and denied.json()["error"] == "loopback_only"
@@ -361,5 +355,3 @@ def test_without_a_token_only_this_machine_is_served(tmp_path: Path) -> None:
         local = TestClient(app, client=("127.0.0.1", 40000), base_url="http://evil.example")
         rebound = local.get("/api/replays")  # DNS rebinding: a page of another name
         assert rebound.status_code == 403 and rebound.json()["error"] == "host_not_allowed"
-    finally:
-        app.state.console.close()

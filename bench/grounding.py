@@ -140,11 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every miss")
     parser.add_argument("--upscale", type=float, default=UPSCALE,
                         help="the scale screens are read at (agent: UPSCALE)")
+    parser.add_argument("--tesseract", action="append", default=[], metavar="VAR=VALUE",
+                        help="a Tesseract variable set at load (to compare; the agent "
+                        "sets none)")
     args = parser.parse_args(argv)
+    variables = dict(v.split("=", 1) for v in args.tesseract)
     screens = json.loads((args.data / "labels.json").read_text())["screens"]
     load_before = os.getloadavg()[0]
     # Every search reads its parts again: no reading kept from another search.
-    reader = TesseractReader(upscale=args.upscale, keep=0)
+    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables)
     images, words, read_ms = {}, {}, {}
     for s in screens:
         images[s["image"]] = image = Image.open(args.data / s["image"]).convert("RGB")
@@ -196,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
           f"labelled controls of {'/'.join(programs)} (fr/en, 2 fonts, 100/125/150 %, "
           "recorded and moved layouts); "
-          f"Tesseract {reader.version} {reader.langs} x{reader.upscale}, {reader.workers} "
+          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} {variables or ''}, "
+          f"{reader.workers} "
           f"worker(s) on {os.cpu_count()} cores")
     # Searches where a click was expected (a twin without anchor may rightly not click).
     expect = {m: tally[f"{m}: expect"] for m in MODES}

@@ -77,7 +77,7 @@ def tessdata_folder(langs: str, configured: str | None = None) -> str:
 class TesseractReader:
     """``read(image) -> words`` (agent.grounding.text.Word, in the image's pixels); the
     last ``keep`` readings are kept by their pixels' digest and given again for the same
-    pixels.
+    pixels. ``variables``: Tesseract variables set at load (the agent sets none).
 
     With ``workers`` 2 (a machine with two cores or more), a tall image is read as two
     halves at once, one Tesseract each (it leaves Python's lock while it recognises). The
@@ -90,7 +90,7 @@ class TesseractReader:
 
     def __init__(self, langs: str = DEFAULT_LANGS, tessdata: str | None = None,
                  upscale: float = UPSCALE, workers: int | None = None,
-                 keep: int = KEEP_READINGS, crop_blank: bool = True,
+                 keep: int = KEEP_READINGS, crop_blank: bool = False,
                  variables: dict[str, str] | None = None) -> None:
         try:
             import tesserocr
@@ -142,8 +142,10 @@ class TesseractReader:
         return words
 
     def _read_content(self, grey: Image.Image) -> list[Word]:
-        """The words of ``grey``, read within the box around everything that is not the
-        screen's background colour (the most common one), with a margin."""
+        """The words of ``grey``; with ``crop_blank``, read within the box around everything
+        that is not the screen's background colour (the most common one), with a margin.
+        Off in the agent: faster, but on the set one of two "OK" buttons was then not
+        read at all and the other was clicked (docs/grounding.md, "Speed")."""
         if not self.crop_blank or grey.height < 8 * SEAM:
             return self._read_whole(grey)
         histogram = grey.histogram()

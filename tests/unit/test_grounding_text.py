@@ -273,13 +273,14 @@ def test_two_halves_read_at_once_give_each_line_once() -> None:
 
 
 def test_blank_margins_are_not_read_and_the_words_keep_their_place() -> None:
-    """Read within the box of the screen's content, the labels are found where the whole
-    monitor's reading finds them, in the monitor's pixels (docs/grounding.md "Speed")."""
+    """Read within the box of the screen's content (an option, off in the agent), the
+    labels are found where the whole monitor's reading finds them, in the monitor's pixels
+    (docs/grounding.md "Speed")."""
     pytest.importorskip("tesserocr")
     from agent.grounding.tesseract import TesseractReader
 
     image = Image.open(DATA / "mousepad-fr-dejavu-125-moved.png")
-    whole, content = TesseractReader(crop_blank=False), TesseractReader()
+    whole, content = TesseractReader(), TesseractReader(crop_blank=True)
     try:
         everything, cropped = whole.read(image), content.read(image)
     finally:

@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upscale", type=float, default=UPSCALE,
                         help="the scale screens are read at (agent: UPSCALE)")
     parser.add_argument("--tesseract", action="append", default=[], metavar="VAR=VALUE",
-                        help="a Tesseract variable set at load (to compare; the agent "
-                        "sets none)")
+                        help="a Tesseract variable set at load, over the agent's (to "
+                        "compare)")
     args = parser.parse_args(argv)
     variables = dict(v.split("=", 1) for v in args.tesseract)
     screens = json.loads((args.data / "labels.json").read_text())["screens"]
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
           f"labelled controls of {'/'.join(programs)} (fr/en, 2 fonts, 100/125/150 %, "
           "recorded and moved layouts); "
-          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} {variables or ''}, "
+          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} {reader.variables}, "
           f"{reader.workers} "
           f"worker(s) on {os.cpu_count()} cores")
     # Searches where a click was expected (a twin without anchor may rightly not click).

@@ -36,6 +36,9 @@ x2 read, and one more, for half the pixels."""
 SEAM = 48
 """Half the rows two halves read at once share (pixels of the image): the tallest text
 line read whole."""
+NO_DICTIONARIES = {"load_system_dawg": "0", "load_freq_dawg": "0"}
+"""Tesseract's word lists not loaded: on the set every label found the same, a reading
+about a twentieth faster (docs/grounding.md, "Speed"). Labels are not dictionary words."""
 KEEP_READINGS = 16
 """The last readings kept, by their pixels: a step retried on a screen that has not
 changed (and its second looks) is not read again (docs/grounding.md, "Speed")."""
@@ -77,7 +80,7 @@ def tessdata_folder(langs: str, configured: str | None = None) -> str:
 class TesseractReader:
     """``read(image) -> words`` (agent.grounding.text.Word, in the image's pixels); the
     last ``keep`` readings are kept by their pixels' digest and given again for the same
-    pixels. ``variables``: Tesseract variables set at load (the agent sets none).
+    pixels. ``variables``: Tesseract variables set at load, over ``NO_DICTIONARIES``.
 
     With ``workers`` 2 (a machine with two cores or more), a tall image is read as two
     halves at once, one Tesseract each (it leaves Python's lock while it recognises). The
@@ -102,10 +105,11 @@ class TesseractReader:
                                                                      sys.platform == "win32"
                                                                      else "/")
         n = workers if workers is not None else min(2, os.cpu_count() or 1)
+        settings = {**NO_DICTIONARIES, **(variables or {})}
         try:
             self._apis: list[Any] = [tesserocr.PyTessBaseAPI(path=path, lang=langs,
                                                               psm=tesserocr.PSM.SPARSE_TEXT,
-                                                              variables=variables or {})
+                                                              variables=settings)
                                      for _ in range(max(1, n))]
         except RuntimeError as exc:
             raise OcrUnavailable(f"Tesseract did not load {langs} from {folder}: {exc}") \
@@ -113,6 +117,7 @@ class TesseractReader:
         self._tesserocr = tesserocr
         self.upscale = upscale
         self.keep = keep
+        self.variables = settings
         self.crop_blank = crop_blank
         self.readings = 0
         """How many images Tesseract has read (a reading given again is not counted)."""

@@ -36,8 +36,8 @@ from PIL import Image
 
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import TextSettings, resolve_point
-from agent.grounding.tesseract import TesseractReader
-from agent.grounding.text import normalise
+from agent.grounding.tesseract import UPSCALE, TesseractReader
+from agent.grounding.text import MAX_NEAR_MISSES, normalise
 from bench.grounding_record import NOTES, H, W
 from messages.workflow import TargetSpec
 from tests.fixtures.labelled_form import TEXTS
@@ -92,9 +92,14 @@ def twins(screen: dict[str, Any]) -> set[str]:
     too), words of the notes in the terminal."""
     counts = Counter(c["text"] for c in screen["controls"])
     notes = normalise(NOTES[screen["lang"]])
-    title = TEXTS[screen["lang"]]["title"]
+    title = TEXTS[screen["lang"]]["title"] if program(screen) == "form" else None
     return {t for t in counts if counts[t] > 1 or t == title
             or f" {normalise(t)} " in f" {notes} "}
+
+
+def program(screen: dict[str, Any]) -> str:
+    """The program recorded on the screen (a set recorded before mousepad: the form)."""
+    return str(screen.get("program", "form"))
 
 
 Search = tuple[dict[str, Any], str, TargetSpec, list[int] | None, bool]
@@ -103,11 +108,11 @@ Search = tuple[dict[str, Any], str, TargetSpec, list[int] | None, bool]
 def searches(screens: list[dict[str, Any]], data: Path) -> list[Search]:
     """(screen, mode, target spec, the box to click in (None: no click expected), whether
     not clicking is right too: a twin with nothing but a position may stay undecided)."""
-    recorded = {(s["lang"], s["font"], s["scaling"]): s for s in screens
+    recorded = {(program(s), s["lang"], s["font"], s["scaling"]): s for s in screens
                 if s["layout"] == "recorded"}
     out: list[Search] = []
     for s in screens:
-        origin = recorded[(s["lang"], s["font"], s["scaling"])]
+        origin = recorded[(program(s), s["lang"], s["font"], s["scaling"])]
         shot = Image.open(data / origin["image"]).convert("RGB")
         doubles = twins(s)
         seen: Counter[str] = Counter()
@@ -133,10 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--verbose", action="store_true", help="print every miss")
+    parser.add_argument("--upscale", type=float, default=UPSCALE,
+                        help="the scale screens are read at (agent: UPSCALE)")
+    parser.add_argument("--tesseract", action="append", default=[], metavar="VAR=VALUE",
+                        help="a Tesseract variable set at load, over the agent's (to "
+                        "compare)")
     args = parser.parse_args(argv)
+    variables = dict(v.split("=", 1) for v in args.tesseract)
     screens = json.loads((args.data / "labels.json").read_text())["screens"]
     load_before = os.getloadavg()[0]
-    reader = TesseractReader()
+    # Every search reads its parts again: no reading kept from another search.
+    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables)
     images, words, read_ms = {}, {}, {}
     for s in screens:
         images[s["image"]] = image = Image.open(args.data / s["image"]).convert("RGB")
@@ -146,22 +158,35 @@ def main(argv: list[str] | None = None) -> int:
     floor = floor_ms()
     tally: Counter[str] = Counter()
     times, misses = [], []
+    second: list[tuple[int, float]] = []  # per search: parts read again, their time
     for s, mode, spec, expected, may_refuse in searches(screens, args.data):
         name = s["image"]
         # The whole monitor was read once above; a second look at a part is read now.
-        text = TextSettings(lambda image, name=name: words[name] if image.size == (W, H)
-                            else reader.read(image))
+        parts: list[float] = []
+
+        def read(image: Image.Image, name: str = name, parts: list[float] = parts) -> Any:
+            if image.size == (W, H):
+                return words[name]
+            start = time.perf_counter()
+            try:
+                return reader.read(image)
+            finally:
+                parts.append((time.perf_counter() - start) * 1000)
+
         start = time.perf_counter()
         found = resolve_point(spec, images[name], (0, 0), (0, 0, W, H), DEFAULT_SCALES,
-                              DEFAULT_MIN_SCORE, text)
+                              DEFAULT_MIN_SCORE, TextSettings(read))
         times.append(read_ms[name] + (time.perf_counter() - start) * 1000)
+        second.append((len(parts), sum(parts)))
         tally[f"{mode}: searches"] += 1
         tally[f"{mode}: expect"] += not may_refuse
         what = f"{name} {mode} {spec.by_text!r}"
+        tally[f"{program(s)} {mode}: expect"] += not may_refuse
         if found.found:
             point = (found.x or 0, found.y or 0)
             if expected is not None and inside(expected, point):
                 tally[f"{mode}: {'twins right' if may_refuse else 'right'}"] += 1
+                tally[f"{program(s)} {mode}: right"] += not may_refuse
             else:
                 tally["wrong-control clicks"] += 1
                 misses.append(f"WRONG {what} -> {point} ({found.detail})")
@@ -170,9 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             tally[f"{mode}: no click"] += 1
             tally["ambiguous_target"] += found.error == "ambiguous_target"
+        tally["near-miss cap"] += "to read again), e.g." in (found.detail or "")
+    programs = sorted({program(s) for s in screens})
     print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
-          "labelled controls (fr/en, 2 fonts, 100/125/150 %, recorded and moved layouts); "
-          f"Tesseract {reader.version} {reader.langs} x{reader.upscale}, {reader.workers} "
+          f"labelled controls of {'/'.join(programs)} (fr/en, 2 fonts, 100/125/150 %, "
+          "recorded and moved layouts); "
+          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} {reader.variables}, "
+          f"{reader.workers} "
           f"worker(s) on {os.cpu_count()} cores")
     # Searches where a click was expected (a twin without anchor may rightly not click).
     expect = {m: tally[f"{m}: expect"] for m in MODES}
@@ -180,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(expect[m] for m in MODES)
     print(f"found on the right control: {right}/{total} = {100 * right / max(total, 1):.1f} %"
           " (" + ", ".join(f"{m} {tally[f'{m}: right']}/{expect[m]}" for m in MODES) + ")")
+    for p in programs:
+        got = sum(tally[f"{p} {m}: right"] for m in MODES)
+        of = sum(tally[f"{p} {m}: expect"] for m in MODES)
+        print(f"  {p}: {got}/{of} = {100 * got / max(of, 1):.1f} %")
     print(f"wrong-control clicks: {tally['wrong-control clicks']}")
     refused = sum(tally[f"{m}: no click"] for m in MODES)
     print(f"ambiguous handled: text on screen twice, no click {refused} (ambiguous_target "
@@ -190,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.quantiles(times, n=10)[-1]:.0f} ms; floor (capture 1920x1080 + "
           f"grey) p50 {floor:.1f} ms; load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after (the machine's other work slows both)")
+    counts = [n for n, _ in second]
+    print(f"second looks (parts read again) per search: p50 {statistics.median(counts):.0f},"
+          f" p90 {statistics.quantiles(counts, n=10)[-1]:.0f}, max {max(counts)}; their time "
+          f"p50 {statistics.median(t for _, t in second):.0f} ms, p90 "
+          f"{statistics.quantiles([t for _, t in second], n=10)[-1]:.0f} ms; the full-screen "
+          f"read p50 {statistics.median(read_ms.values()):.0f} ms; more near misses than "
+          f"the cap ({MAX_NEAR_MISSES}), no click: {tally['near-miss cap']}")
     for line in misses if args.verbose else misses[:15]:
         print("  " + line)
     return 0

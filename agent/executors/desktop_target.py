@@ -43,12 +43,14 @@ from agent.anchor import AnchorError, decode_anchor, find_anchor
 from agent.grounding.text import (
     DEFAULT_MARGIN,
     DEFAULT_MIN_SCORE,
+    MAX_NEAR_MISSES,
     Word,
     candidates,
     decide,
     look_again_boxes,
     near_miss_is_label,
     near_misses,
+    too_many_near_misses,
     twin_seen_again,
 )
 from agent.screen.capture import Rect
@@ -77,6 +79,7 @@ class TextSettings:
     min_score: float = DEFAULT_MIN_SCORE
     margin: float = DEFAULT_MARGIN
     unavailable: str = "no OCR engine on this agent"
+    max_near_misses: int = MAX_NEAR_MISSES
 
 
 MONITOR_UNAVAILABLE = "monitor_unavailable"
@@ -279,6 +282,9 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
                 break
         misses = [] if decision.chosen is None else \
             near_misses(words, found, chosen, label, text.min_score, image.size)
+        too_many = too_many_near_misses(chosen, misses, label, text.max_near_misses)
+        if too_many is not None:
+            decision, misses = too_many, []
         for miss in misses:
             try:
                 near = _read_part(text.read, image, miss.crop, miss.scale)

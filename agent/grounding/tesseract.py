@@ -13,9 +13,11 @@ no reading order: a screen is not a page).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +36,15 @@ x2 read, and one more, for half the pixels."""
 SEAM = 48
 """Half the rows two halves read at once share (pixels of the image): the tallest text
 line read whole."""
+NO_DICTIONARIES = {"load_system_dawg": "0", "load_freq_dawg": "0"}
+"""Tesseract's word lists not loaded: on the set every label found the same, a reading
+about a twentieth faster (docs/grounding.md, "Speed"). Labels are not dictionary words."""
+KEEP_READINGS = 16
+"""The last readings kept, by their pixels: a step retried on a screen that has not
+changed (and its second looks) is not read again (docs/grounding.md, "Speed")."""
+CONTENT_MARGIN = 24
+"""Pixels of background kept around a screen's content when its blank margins are not
+read."""
 TESSDATA_FOLDERS = (
     "/usr/share/tesseract-ocr/5/tessdata", "/usr/share/tesseract-ocr/4.00/tessdata",
     "/usr/share/tessdata", "/usr/local/share/tessdata",
@@ -67,7 +78,9 @@ def tessdata_folder(langs: str, configured: str | None = None) -> str:
 
 
 class TesseractReader:
-    """``read(image) -> words`` (agent.grounding.text.Word, in the image's pixels).
+    """``read(image) -> words`` (agent.grounding.text.Word, in the image's pixels); the
+    last ``keep`` readings are kept by their pixels' digest and given again for the same
+    pixels. ``variables``: Tesseract variables set at load, over ``NO_DICTIONARIES``.
 
     With ``workers`` 2 (a machine with two cores or more), a tall image is read as two
     halves at once, one Tesseract each (it leaves Python's lock while it recognises). The
@@ -79,7 +92,9 @@ class TesseractReader:
     name = "tesseract"
 
     def __init__(self, langs: str = DEFAULT_LANGS, tessdata: str | None = None,
-                 upscale: float = UPSCALE, workers: int | None = None) -> None:
+                 upscale: float = UPSCALE, workers: int | None = None,
+                 keep: int = KEEP_READINGS, crop_blank: bool = False,
+                 variables: dict[str, str] | None = None) -> None:
         try:
             import tesserocr
         except ImportError as exc:  # a platform without a wheel
@@ -90,24 +105,71 @@ class TesseractReader:
                                                                      sys.platform == "win32"
                                                                      else "/")
         n = workers if workers is not None else min(2, os.cpu_count() or 1)
+        settings = {**NO_DICTIONARIES, **(variables or {})}
         try:
             self._apis: list[Any] = [tesserocr.PyTessBaseAPI(path=path, lang=langs,
-                                                              psm=tesserocr.PSM.SPARSE_TEXT)
+                                                              psm=tesserocr.PSM.SPARSE_TEXT,
+                                                              variables=settings)
                                      for _ in range(max(1, n))]
         except RuntimeError as exc:
             raise OcrUnavailable(f"Tesseract did not load {langs} from {folder}: {exc}") \
                 from exc
         self._tesserocr = tesserocr
         self.upscale = upscale
+        self.keep = keep
+        self.variables = settings
+        self.crop_blank = crop_blank
+        self.readings = 0
+        """How many images Tesseract has read (a reading given again is not counted)."""
         self.langs = langs
         self.workers = len(self._apis)
         self.version = tesserocr.tesseract_version().split()[1]
         self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[tuple[int, int], bytes], tuple[Word, ...]] = OrderedDict()
         self._pool = ThreadPoolExecutor(len(self._apis)) if len(self._apis) > 1 else None
 
     def read(self, image: Image.Image) -> list[Word]:
         grey = image.convert("L")
+        if not self.keep:
+            return self._read_content(grey)
+        # Same pixels, same words: Tesseract is deterministic.
+        key = (grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest())
         with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                return list(kept)
+        words = self._read_content(grey)
+        with self._lock:
+            self._kept[key] = tuple(words)
+            while len(self._kept) > self.keep:
+                self._kept.popitem(last=False)
+        return words
+
+    def _read_content(self, grey: Image.Image) -> list[Word]:
+        """The words of ``grey``; with ``crop_blank``, read within the box around everything
+        that is not the screen's background colour (the most common one), with a margin.
+        Off in the agent: faster, but on the set one of two "OK" buttons was then not
+        read at all and the other was clicked (docs/grounding.md, "Speed")."""
+        if not self.crop_blank or grey.height < 8 * SEAM:
+            return self._read_whole(grey)
+        histogram = grey.histogram()
+        background = histogram.index(max(histogram))
+        box = grey.point([0 if v == background else 255 for v in range(256)]).getbbox()
+        if box is None:
+            return []
+        m = CONTENT_MARGIN
+        left, top = max(0, box[0] - m), max(0, box[1] - m)
+        right, bottom = min(grey.width, box[2] + m), min(grey.height, box[3] + m)
+        if (left, top, right, bottom) == (0, 0, grey.width, grey.height):
+            return self._read_whole(grey)
+        words = self._read_whole(grey.crop((left, top, right, bottom)))
+        return [replace(w, box=(w.box[0] + left, w.box[1] + top, w.box[2], w.box[3]))
+                for w in words]
+
+    def _read_whole(self, grey: Image.Image) -> list[Word]:
+        with self._lock:
+            self.readings += 1
             if self._pool is None or grey.height < 4 * SEAM:
                 return self._read(self._apis[0], grey, 0, 0, grey.height)
             cut = grey.height // 2

@@ -66,6 +66,10 @@ NEAR_MISS_CROP = (3.0, 1.2, 2.0)
 """A near miss is read again in a crop of this half width and half height (text heights,
 and at least the chosen text's half width) around it, at this scale: alone in a tight
 crop, the "OK" read "fe)" on the whole screen reads "OK" at every scale tried."""
+MAX_NEAR_MISSES = 12
+"""At most this many near misses are read again before a click; more and the step is
+``ambiguous_target`` (docs/grounding.md, "Near misses": the cap is set from the set's
+counts, and a screen past it is one the OCR read too badly to trust a single match)."""
 
 _LIGATURES = str.maketrans({"œ": "oe", "Œ": "oe", "æ": "ae", "Æ": "ae", "ø": "o", "Ø": "o",
                             "ł": "l", "Ł": "l", "ß": "ss", "’": "'"})
@@ -326,6 +330,19 @@ def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candi
             out.append(NearMiss(spot, text, (crop_left, crop_top, crop_right - crop_left,
                                              crop_bottom - crop_top), NEAR_MISS_CROP[2]))
     return out
+
+
+def too_many_near_misses(chosen: Candidate, misses: Sequence[NearMiss], label: str,
+                         cap: int = MAX_NEAR_MISSES) -> Decision | None:
+    """``ambiguous_target`` when more than ``cap`` places would have to be read again: an
+    unchecked place may hold another copy, so no click rather than a partial check."""
+    if len(misses) <= cap:
+        return None
+    shown = ", ".join(f"{m.read_as!r} at ({m.spot[0]},{m.spot[1]})" for m in misses[:SEEN])
+    return Decision(None, (chosen,), error="ambiguous_target",
+                    detail=f"{label!r} was read at {chosen.describe()}, but {len(misses)} "
+                           f"places of its size were read unsurely or nearly like it (more "
+                           f"than {cap} to read again), e.g. {shown}")
 
 
 def near_miss_is_label(chosen: Candidate, miss: NearMiss, again: Sequence[Candidate],

@@ -260,7 +260,7 @@ def test_two_halves_read_at_once_give_each_line_once() -> None:
     from agent.grounding.tesseract import TesseractReader
 
     image = Image.open(DATA / "fr-liberation-100-moved.png")
-    reader = TesseractReader(workers=2)
+    reader = TesseractReader(workers=2, crop_blank=False)
     try:
         words = reader.read(image)
     finally:
@@ -272,6 +272,27 @@ def test_two_halves_read_at_once_give_each_line_once() -> None:
     assert [w.box[1] > 800 for w in words if normalise(w.text) == "sanguin"] == [True]
 
 
+def test_blank_margins_are_not_read_and_the_words_keep_their_place() -> None:
+    """Read within the box of the screen's content (an option, off in the agent), the
+    labels are found where the whole monitor's reading finds them, in the monitor's pixels
+    (docs/grounding.md "Speed")."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    image = Image.open(DATA / "mousepad-fr-dejavu-125-moved.png")
+    whole, content = TesseractReader(), TesseractReader(crop_blank=True)
+    try:
+        everything, cropped = whole.read(image), content.read(image)
+    finally:
+        whole.close()
+        content.close()
+    for text in ("Fichier", "Numéro de colonne :", "Y aller", "Annuler"):
+        a = decide(candidates(everything, text), text, min_score=0.8).chosen
+        b = decide(candidates(cropped, text), text, min_score=0.8).chosen
+        assert a is not None and b is not None, text
+        assert max(abs(p - q) for p, q in zip(a.box, b.box, strict=True)) <= 2, (a, b)
+
+
 def test_ocr_settings_from_the_environment_and_their_errors() -> None:
     cfg = DesktopConfig.from_env({"LEA_OCR_LANGS": "fra", "LEA_OCR_MIN_SCORE": "0.9",
                                   "LEA_OCR_MARGIN": "0.2", "LEA_OCR_TESSDATA": "/opt/td"})
@@ -281,3 +302,45 @@ def test_ocr_settings_from_the_environment_and_their_errors() -> None:
                         ("LEA_OCR_LANGS", "fra;rm -rf")]:
         with pytest.raises(ConfigError, match=name):
             DesktopConfig.from_env({name: value})
+
+
+def test_too_many_near_misses_to_read_again_is_no_click() -> None:
+    """Past the cap of places to read again, a place left unchecked may be another copy:
+    ``ambiguous_target``, never a click (docs/grounding.md "Near misses")."""
+    img = Image.new("RGB", (1920, 1080), "white")
+    unsure = [word("fe)", 344, 450 + 40 * i, 1 + i, conf=0.55) for i in range(4)]
+    reads: list[tuple[int, int]] = []
+
+    def read(image: Image.Image) -> list[Word]:
+        reads.append(image.size)
+        return [word("OK", 340, 396, 0), *unsure] if image.size == (1920, 1080) else []
+
+    spec = TargetSpec(by_text="OK")
+    capped = resolve_point(spec, img, (0, 0), (0, 0, 1920, 1080), (1.0,), 0.85,
+                           TextSettings(read, max_near_misses=3))
+    assert not capped.found and capped.error == "ambiguous_target", capped
+    assert "4 places of its size" in (capped.detail or "") and reads == [(1920, 1080)]
+    # Within the cap each is read again (here: nothing there), and the one "OK" is clicked.
+    reads.clear()
+    found = resolve_point(spec, img, (0, 0), (0, 0, 1920, 1080), (1.0,), 0.85,
+                          TextSettings(read, max_near_misses=4))
+    assert found.found and (found.x, found.y) == (348, 402) and len(reads) == 5
+
+
+def test_the_same_pixels_are_not_read_twice() -> None:
+    """A step retried on a screen that has not changed gets the words already read; a
+    changed pixel is read again (docs/grounding.md "Speed")."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    screen = Image.open(DATA / "fr-dejavu-125-moved.png").convert("RGB").crop((700, 0, 1500,
+                                                                              300))
+    reader = TesseractReader(workers=1, keep=2)
+    try:
+        first = reader.read(screen)
+        assert reader.read(screen.copy()) == first and reader.readings == 1
+        changed = screen.copy()
+        changed.putpixel((5, 5), (1, 2, 3))
+        assert reader.read(changed) and reader.readings == 2
+    finally:
+        reader.close()

@@ -1,0 +1,68 @@
+"""What makes one full-screen reading faster: reader options against each other.
+
+    python -m bench.grounding_speed [--data DIR] [--every N] [--rounds R]
+
+Every Nth screen of the recorded set (tests/data/grounding) is read whole by Tesseract
+readers that differ by one option, in turns (the order alternates from screen to screen,
+so the machine's other work falls on all of them alike). Printed per option: the median
+time of a reading, the median of its ratio to the agent's reading on the same screen, and
+the words read. Whether an option keeps the labels found is bench/grounding.py's question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image
+
+from agent.grounding.tesseract import TesseractReader
+from bench.grounding import DATA
+
+DICTIONARIES = {"load_system_dawg": "1", "load_freq_dawg": "1"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--every", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    screens = json.loads((args.data / "labels.json").read_text())["screens"][::args.every]
+    images = [Image.open(args.data / s["image"]).convert("RGB") for s in screens]
+    readers = {
+        "agent (the whole monitor)": TesseractReader(keep=0),
+        "blank margins not read": TesseractReader(keep=0, crop_blank=True),
+        "dictionaries loaded": TesseractReader(keep=0, variables=DICTIONARIES),
+        "x1.25 instead of x1.5": TesseractReader(keep=0, upscale=1.25),
+    }
+    times: dict[str, list[float]] = {name: [] for name in readers}
+    words: dict[str, int] = dict.fromkeys(readers, 0)
+    load_before = os.getloadavg()[0]
+    for turn in range(args.rounds):
+        for i, image in enumerate(images):
+            names = list(readers) if (i + turn) % 2 == 0 else list(readers)[::-1]
+            for name in names:
+                start = time.perf_counter()
+                read = readers[name].read(image)
+                times[name].append((time.perf_counter() - start) * 1000)
+                words[name] += len(read) if turn == 0 else 0
+    base = times["agent (the whole monitor)"]
+    print(f"{len(images)} screens x {args.rounds} rounds; load average {load_before:.1f} "
+          f"before, {os.getloadavg()[0]:.1f} after")
+    for name, ms in times.items():
+        ratio = statistics.median(a / b for a, b in zip(ms, base, strict=True))
+        print(f"  {name}: p50 {statistics.median(ms):.0f} ms, x{ratio:.2f} of the agent's, "
+              f"{words[name]} words")
+    for reader in readers.values():
+        reader.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -167,10 +167,14 @@ class DispatcherStore:
 
     def __init__(self, where: str | Path | StoreDb, *, keep_finished: int = 1000,
                  sync_interval_s: float = SYNC_INTERVAL_S) -> None:
-        self.path = Path(where) if isinstance(where, str | Path) else None
         self.keep_finished = keep_finished
-        self._db: StoreDb = (SqliteDb(self.path, sync_interval_s) if self.path is not None
-                             else where)  # type: ignore[assignment]
+        self.path: Path | None = None  # the SQLite file
+        self._db: StoreDb
+        if isinstance(where, str | Path):
+            self.path = Path(where)
+            self._db = SqliteDb(self.path, sync_interval_s)
+        else:
+            self._db = where
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
         self.durable_outbox_id = self._max_outbox_id()

@@ -37,7 +37,7 @@ from actors.dispatcher.store_db import StoreUnavailable
 from messages.loop import ForgetReplay
 from messages.pause import AgentPaused
 from messages.workflow import Action
-from tests.unit.dispatcher_db import Reopen
+from tests.unit.dispatcher_db import Reopen, open_at
 from tests.unit.test_dispatcher_core import CHECKS, H, act, of, sent, wf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -348,3 +348,23 @@ def test_a_control_request_is_recorded_with_its_decision(reopen: Reopen, monkeyp
         store.commit([], [], (f"req{i}", "StartReplay", b"r"))
     assert [store.reply_for(f"req{i}", "StartReplay") is not None for i in range(1, 5)] == [
         False, False, True, True]
+
+
+def test_postgresql_connection_lost_mid_turn_is_reported_and_nothing_of_it_is_kept(
+        pg_url: str) -> None:
+    """The server ends the connection while a turn is staged: the commit raises, the owner
+    is told (the dispatcher stops on it: process.py), and the turn is not in the database."""
+    lost: list[BaseException] = []
+    store = DispatcherStore(PgDb.connect(pg_url, on_lost=lost.append))
+    h = H()
+    kept, first = h.start(wf("s1"))
+    store.commit_decision(first)
+    _, second = h.start(wf("s2"))
+    store.commit_decision(second, harden=False)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    with pytest.raises(psycopg.OperationalError):
+        store.harden()
+    assert len(lost) == 1 and store.staged == 0
+    assert list(open_at(pg_url).load().replays) == [kept]

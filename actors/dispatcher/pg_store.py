@@ -130,6 +130,10 @@ class PgDb:
                 time.sleep(_RETRY_S)
         try:
             return cls(conn, on_lost)
+        except psycopg.Error as exc:  # e.g. no right to create the schema: said, not a trace
+            conn.close()
+            raise StoreUnavailable(f"PostgreSQL at {describe(url)}: cannot set up the "
+                                   f"dispatcher's tables: {str(exc).strip()}") from None
         except BaseException:
             conn.close()
             raise

@@ -368,3 +368,11 @@ def test_postgresql_connection_lost_mid_turn_is_reported_and_nothing_of_it_is_ke
         store.harden()
     assert len(lost) == 1 and store.staged == 0
     assert list(open_at(pg_url).load().replays) == [kept]
+
+
+def test_postgresql_without_the_right_to_create_the_tables_is_said(pg_url: str) -> None:
+    role = f"reader_{conninfo_to_dict(pg_url)['dbname']}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN".encode())
+    with pytest.raises(StoreUnavailable, match="cannot set up the dispatcher's tables"):
+        PgDb.connect(pg_url.replace("lea@", f"{role}@"))

@@ -184,7 +184,9 @@ class PgDb:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
-        if not rows:
+        if len(rows) <= 1:  # the usual case on the hot path: one round trip, no batch
+            for row in rows:
+                self.execute(sql, row)
             return
         try:
             self.conn.cursor().executemany(self._marks(sql), rows)

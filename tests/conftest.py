@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres import own_pg, pg_cluster, pg_url  # noqa: F401 - PostgreSQL servers
 from tests.xdisplay import xdisplay  # noqa: F401 - the X display fixture, for every test
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -46,6 +46,8 @@ from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
 from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.store_db import StoreUnavailable
+from actors.dispatcher.stores import open_store
 from audit_outbox.sender import BACKLOG_EVERY_S, AuditSender
 from messages import events
 from messages.base import Message
@@ -85,6 +87,8 @@ _FLUSH_SENT_S = 0.2
 _WATCHDOG_BATCH_S = 0.1
 DISK_FAILURE_EXIT = 75
 """Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
+STORE_UNAVAILABLE_EXIT = 69
+"""Exit status when the database cannot be reached at start (EX_UNAVAILABLE)."""
 _AUDIT_S = 0.05
 """How often audit records committed since are sent (a batch at a time; an ack sends the next
 batch at once only when the last one was full)."""
@@ -113,9 +117,10 @@ class DispatcherActor(Actor):
         ActionProgress: _machine, AgentHello: _machine}
 
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
-        super().__init__(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = DispatcherStore.in_dir(settings.data_dir)
+        # Before the sockets: a database out of reach ends the process here.
+        self.store = _open_store(settings)
+        super().__init__(settings)
         self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
@@ -357,6 +362,26 @@ class DispatcherActor(Actor):
                         action_id, why)
 
         return callback
+
+
+def _open_store(settings: Settings) -> DispatcherStore:
+    """The store the settings name (stores.py); a database that cannot be reached is said in
+    the log and ends the process (STORE_UNAVAILABLE_EXIT): the supervisor's restart policy
+    applies (docs/operations.md)."""
+    try:
+        return open_store(settings, _database_lost)
+    except StoreUnavailable as exc:
+        logger.error("dispatcher: {}; exiting ({})", exc, STORE_UNAVAILABLE_EXIT)
+        raise SystemExit(STORE_UNAVAILABLE_EXIT) from None
+
+
+def _database_lost(exc: BaseException) -> None:
+    """The connection to PostgreSQL is gone: what this process holds in memory may be ahead
+    of what is committed, and nothing uncommitted may go out. Stop at once; the supervisor
+    restarts the dispatcher from what the database holds."""
+    logger.error("dispatcher: lost the database connection ({}); stopping",
+                 str(exc).strip())
+    os._exit(DISK_FAILURE_EXIT)
 
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:

@@ -1,4 +1,9 @@
-"""SQLite persistence of the dispatcher's state, its outbox and its reports log (D1).
+"""Persistence of the dispatcher's state, its outbox and its reports log (D1).
+
+The SQL and the group commit are here, run on SQLite (this module: the embedded default, a
+file in the data directory) or on PostgreSQL (pg_store.py, when ``LEA_DATABASE_URL`` is
+set); stores.py opens the one the settings name. What follows is said of SQLite; the
+PostgreSQL guarantees are the same (docs/durability.md).
 
 Durability (docs/durability.md): WAL journal, ``synchronous=FULL``, and nothing leaves the
 dispatcher before the commit that explains it is fsync'ed. The loop *stages* each decision in
@@ -22,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -45,6 +50,7 @@ from actors.dispatcher.state import (
     mutable_dump,
     mutable_restore,
 )
+from actors.dispatcher.store_db import Rows, StoreDb
 from actors.dispatcher.syncer import SYNC_INTERVAL_S, WalSyncer
 from messages.workflow import Workflow
 from runtime import sqlite_store
@@ -104,6 +110,47 @@ def _create(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
 
 
+class SqliteDb:
+    """The store's :class:`StoreDb` on SQLite: WAL, ``synchronous=FULL``, outbox epochs, the
+    WAL checkpointed off the loop (syncer.py)."""
+
+    versioned = False
+
+    def __init__(self, path: Path, sync_interval_s: float = SYNC_INTERVAL_S) -> None:
+        # FULL: every COMMIT fsyncs the WAL, which hardens every earlier commit too (one
+        # file): a turn's decisions are committed together (stage, harden).
+        self.db = sqlite_store.connect(path, synchronous="FULL", setup=_create)
+        # A FULL commit: it also hardens whatever a killed predecessor committed without
+        # its fsync finishing (we are about to read it and send it on).
+        self.epoch = sqlite_store.start_epoch(self.db, "outbox")
+        self.syncer = WalSyncer(path, sync_interval_s)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.db.in_transaction
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows:
+        return self.db.execute(sql, args)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.db.executemany(sql, rows)
+
+    def begin(self) -> None:
+        sqlite_store.begin(self.db)
+
+    def commit(self) -> None:
+        sqlite_store.commit(self.db)
+        self.syncer.committed()
+
+    def rollback(self) -> None:
+        sqlite_store.rollback(self.db)
+
+    def close(self) -> None:
+        self.syncer.close()
+        sqlite_store.rollback(self.db)
+        self.db.close()
+
+
 def _pack(obj: Any) -> bytes:
     data: bytes = msgpack.packb(obj, use_bin_type=True)
     return data
@@ -114,21 +161,22 @@ def _unpack(data: bytes) -> Any:
 
 
 class DispatcherStore:
-    """The dispatcher's database; one instance per process, used from one thread."""
+    """The dispatcher's database; one instance per process, used from one thread.
 
-    def __init__(self, path: str | Path, *, keep_finished: int = 1000,
+    ``where``: the SQLite file, or an open :class:`StoreDb` (pg_store.py)."""
+
+    def __init__(self, where: str | Path | StoreDb, *, keep_finished: int = 1000,
                  sync_interval_s: float = SYNC_INTERVAL_S) -> None:
-        self.path = Path(path)
         self.keep_finished = keep_finished
-        # FULL: every COMMIT fsyncs the WAL, which hardens every earlier commit too (one
-        # file): a turn's decisions are committed together (stage, harden).
-        self._db = sqlite_store.connect(self.path, synchronous="FULL", setup=_create)
+        self.path: Path | None = None  # the SQLite file
+        self._db: StoreDb
+        if isinstance(where, str | Path):
+            self.path = Path(where)
+            self._db = SqliteDb(self.path, sync_interval_s)
+        else:
+            self._db = where
         (self.store_id,) = self._db.execute(
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
-        # A FULL commit: it also hardens whatever a killed predecessor committed without
-        # its fsync finishing (we are about to read it and send it on).
-        self.epoch = sqlite_store.start_epoch(self._db, "outbox")
-        self._syncer = WalSyncer(self.path, sync_interval_s)
         self.durable_outbox_id = self._max_outbox_id()
         """Outbox rows up to this id are on disk: the audit sender sends no other."""
         self.staged = 0  # decisions in the open transaction (0: none open)
@@ -144,8 +192,6 @@ class DispatcherStore:
 
     def close(self) -> None:
         """Close; a turn staged and not hardened is rolled back (nobody heard of it)."""
-        self._syncer.close()
-        sqlite_store.rollback(self._db)
         self._db.close()
 
     def _max_outbox_id(self) -> int:
@@ -167,7 +213,7 @@ class DispatcherStore:
         rows = self._db.execute(
             f"SELECT {columns} FROM replays WHERE status NOT IN ({marks}) "
             f"UNION ALL SELECT * FROM (SELECT {columns} FROM replays "
-            f"WHERE status IN ({marks}) ORDER BY seq DESC LIMIT ?)",
+            f"WHERE status IN ({marks}) ORDER BY seq DESC LIMIT ?) AS finished",
             (*_TERMINAL, *_TERMINAL, self.keep_finished)).fetchall()
         state = DispatcherState()
         for rid, seq, sid, mid, mode, operator, created_at, workflow, mutable in sorted(
@@ -207,7 +253,7 @@ class DispatcherStore:
         replays = list(replays)
         written: list[tuple[int, Effect]] = []
         if not self._db.in_transaction:
-            sqlite_store.begin(self._db)
+            self._db.begin()
         try:
             db = self._db
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in sent])
@@ -223,10 +269,9 @@ class DispatcherStore:
                         raise TypeError(f"not an effect: {effect!r}")
                     continue
                 body = effect_to_dict(effect)
-                cur = db.execute("INSERT INTO outbox (kind, body) VALUES (?, ?)",
-                                 (body["kind"], _pack(body)))
-                assert cur.lastrowid is not None
-                written.append((cur.lastrowid, effect))
+                (oid,) = db.execute("INSERT INTO outbox (kind, body) VALUES (?, ?) RETURNING id",
+                                    (body["kind"], _pack(body))).fetchone()
+                written.append((oid, effect))
             if request is not None:
                 db.execute("INSERT INTO requests (request_id, kind, reply) VALUES (?, ?, ?)",
                            request)
@@ -245,7 +290,7 @@ class DispatcherStore:
             self.staged = 0
             return
         try:
-            sqlite_store.commit(self._db)
+            self._db.commit()
         except BaseException:
             self.rollback()
             raise
@@ -256,11 +301,10 @@ class DispatcherStore:
         self._staged_resolved.clear()
         self.staged = 0
         self.durable_outbox_id = self._max_outbox_id()
-        self._syncer.committed()
 
     def rollback(self) -> None:
         """Forget the turn's transaction."""
-        sqlite_store.rollback(self._db)
+        self._db.rollback()
         self._staged_known.clear()
         self._staged_resolved.clear()
         self.staged = 0
@@ -290,10 +334,11 @@ class DispatcherStore:
                                (request_id, kind)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def _write_replay(self, db: sqlite3.Connection, r: ReplayState) -> int:
+    def _write_replay(self, db: StoreDb, r: ReplayState) -> int:
         mutable = _pack(mutable_dump(r))
+        bump = ", version = replays.version + 1" if db.versioned else ""
         if r.replay_id in self._known or r.replay_id in self._staged_known:
-            db.execute("UPDATE replays SET status = ?, state = ?, updated_at = ? "
+            db.execute(f"UPDATE replays SET status = ?, state = ?, updated_at = ?{bump} "
                        "WHERE replay_id = ?", (r.status, mutable, r.updated_at, r.replay_id))
         else:
             db.execute(
@@ -301,7 +346,7 @@ class DispatcherStore:
                 "created_at, workflow, status, state, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (replay_id) DO UPDATE "
                 "SET status = excluded.status, state = excluded.state, "
-                "updated_at = excluded.updated_at",
+                f"updated_at = excluded.updated_at{bump}",
                 (r.replay_id, r.seq, r.session_id, r.machine_id, r.mode, r.operator,
                  r.created_at, _pack(r.workflow.model_dump(mode="json")), r.status, mutable,
                  r.updated_at))
@@ -309,14 +354,14 @@ class DispatcherStore:
             r.replay_id, self._resolved_written.get(r.replay_id, 0))
         # The newest entries only, without walking the older ones (``resolved`` only grows).
         db.executemany(
-            "INSERT OR IGNORE INTO resolved (replay_id, action_id, outcome, attempt_id) "
-            "VALUES (?, ?, ?, ?)",
+            "INSERT INTO resolved (replay_id, action_id, outcome, attempt_id) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             [(r.replay_id, aid, res.outcome, res.attempt_id)
              for aid, res in reversed(list(islice(reversed(r.resolved.items()),
                                                   max(0, fresh))))])
         return len(r.resolved)
 
-    def _write_report(self, db: sqlite3.Connection, rec: RecordReport) -> None:
+    def _write_report(self, db: StoreDb, rec: RecordReport) -> None:
         # Screenshots go to the audit trail (content-addressed); the log keeps their hashes.
         body = rec.report.model_dump(mode="python", exclude=set(_SCREENSHOTS))
         for name in _SCREENSHOTS:
@@ -339,7 +384,7 @@ class DispatcherStore:
         rows = self._db.execute(
             "SELECT id, body FROM outbox WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
             (after, (1 << 62) if upto is None else upto,
-             -1 if limit is None else limit)).fetchall()
+             (1 << 62) if limit is None else limit)).fetchall()
         return [(oid, effect_from_dict(_unpack(body))) for oid, body in rows]
 
     def mark_sent(self, outbox_ids: Iterable[int]) -> None:

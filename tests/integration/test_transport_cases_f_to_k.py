@@ -22,6 +22,7 @@ from tests.integration.transport_checks import (
     accepted,
     agent_log,
     assert_client_invariants,
+    dispatcher_kill_9_mid_replays,
     ledger_row,
     reports,
     wait_ready,
@@ -165,24 +166,7 @@ def test_case_i_dispatcher_kill_9_mid_replay(
     replay from SQLite, re-sends each in-flight action with a new attempt id, and every
     replay continues where it was: every step exactly once, in order, on each machine.
     """
-    system = System(spawn, lea_env, tmp_path)
-    agents = [system.agent(f"i{n}", {"default": {"delay_s": 0.25}}) for n in range(3)]
-    for agent in agents:
-        wait_ready(system, agent)
-    rids = [system.start(workflow(*clicks(8)), a.machine_id) for a in agents]
-    wait_until(lambda: all(system.status(r).index >= 2 for r in rids), timeout=30)
-    before = [system.status(r) for r in rids]
-    old = system.kill("dispatcher", signal.SIGKILL)
-    assert all(s.status == "running" and s.index < 8 for s in before)
-
-    wait_until(lambda: system.pid("dispatcher") not in (None, old), timeout=20)
-    steps = [f"s{n}" for n in range(8)]
-    for rid, agent, then in zip(rids, agents, before, strict=True):
-        summary = system.wait_status(rid, "completed", timeout=30)
-        assert summary.completed_actions == 8
-        # Its in-flight action was re-sent (new attempt) by the restarted dispatcher.
-        assert summary.counters.get("resent", 0) > then.counters.get("resent", 0)
-        assert_client_invariants(system, agent, steps)
+    dispatcher_kill_9_mid_replays(System(spawn, lea_env, tmp_path), "i")
 
 
 def test_case_j_two_agents_for_one_machine_and_agents_side_by_side(

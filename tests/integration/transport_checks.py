@@ -2,11 +2,12 @@
 origin: spec 03; docs/architecture.md).
 
 They read what the real processes left behind: the dispatcher's reports log (its SQLite
-store), an agent's on-disk ledger and effects log, its output, and the event bus.
+store, or PostgreSQL), an agent's on-disk ledger and effects log, its output, and the event bus.
 """
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import threading
 from contextlib import closing
@@ -14,12 +15,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import psycopg
 import zmq
 
 from messages.dispatch import InFlightList, ListTracked
 from messages.events import Event
 from tests.conftest import wait_until
-from tests.integration.system import Agent, System
+from tests.integration.system import Agent, System, clicks, workflow
 from transport.bus import Publisher, Subscriber
 
 
@@ -53,8 +55,13 @@ def _query(path: Path, sql: str, *args: Any) -> list[Any]:
         return db.execute(sql, args).fetchall()
 
 
-def _dispatcher_db(system: System) -> Path:
-    return Path(system.env["LEA_DATA_DIR"]) / "dispatcher.sqlite3"
+def _dispatcher_query(system: System, sql: str, *args: Any) -> list[Any]:
+    """Read the dispatcher's database: its SQLite file, or PostgreSQL (LEA_DATABASE_URL)."""
+    url = system.env.get("LEA_DATABASE_URL")
+    if not url:
+        return _query(Path(system.env["LEA_DATA_DIR"]) / "dispatcher.sqlite3", sql, *args)
+    with psycopg.connect(url, options="-c search_path=dispatcher") as conn:
+        return conn.execute(sql.replace("?", "%s").encode(), args).fetchall()
 
 
 def reports(system: System, replay_id: str, action_id: str | None = None) -> list[Report]:
@@ -62,7 +69,7 @@ def reports(system: System, replay_id: str, action_id: str | None = None) -> lis
     sql = ("SELECT action_id, attempt_id, status, success, error, warning FROM reports"
            " WHERE replay_id = ?" + (" AND action_id = ?" if action_id else "") + " ORDER BY id")
     args = (replay_id, action_id) if action_id else (replay_id,)
-    rows = _query(_dispatcher_db(system), sql, *args)
+    rows = _dispatcher_query(system, sql, *args)
     return [Report(a, t, s, bool(ok), e, w) for a, t, s, ok, e, w in rows]
 
 
@@ -209,3 +216,29 @@ class Bus:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+# Scenarios shared by tests of several configurations ----------------------------------------
+
+def dispatcher_kill_9_mid_replays(system: System, prefix: str, timeout: float = 30) -> None:
+    """kill -9 of the dispatcher while three replays run on three machines (transport case
+    i): the supervisor restarts it, it reloads every replay from its store, re-sends each
+    in-flight action with a new attempt id, and every replay continues where it was: every
+    step exactly once, in order, on each machine."""
+    agents = [system.agent(f"{prefix}{n}", {"default": {"delay_s": 0.25}}) for n in range(3)]
+    for agent in agents:
+        wait_ready(system, agent)
+    rids = [system.start(workflow(*clicks(8)), a.machine_id) for a in agents]
+    wait_until(lambda: all(system.status(r).index >= 2 for r in rids), timeout=30)
+    before = [system.status(r) for r in rids]
+    old = system.kill("dispatcher", signal.SIGKILL)
+    assert all(s.status == "running" and s.index < 8 for s in before)
+
+    wait_until(lambda: system.pid("dispatcher") not in (None, old), timeout=20)
+    steps = [f"s{n}" for n in range(8)]
+    for rid, agent, then in zip(rids, agents, before, strict=True):
+        summary = system.wait_status(rid, "completed", timeout=timeout)
+        assert summary.completed_actions == 8
+        # Its in-flight action was re-sent (new attempt) by the restarted dispatcher.
+        assert summary.counters.get("resent", 0) > then.counters.get("resent", 0)
+        assert_client_invariants(system, agent, steps)

@@ -16,7 +16,7 @@ from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.effects import AuditRecord, TrackInFlight, UntrackInFlight
 from actors.dispatcher.process import DispatcherActor
 from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.store import DB_NAME, DispatcherStore
+from actors.dispatcher.store import DB_NAME, DispatcherStore, SqliteDb
 from actors.watchdog.process import WatchdogActor
 from messages.base import Message
 from messages.codec import decode, encode
@@ -38,6 +38,7 @@ from messages.replay import (
 )
 from runtime.settings import Settings
 from tests.conftest import free_port, wait_until
+from tests.unit.dispatcher_db import Reopen
 from tests.unit.test_dispatcher_core import H, wf
 from tests.unit.test_dispatcher_process import dispatcher as process_dispatcher
 from transport.worker import Request
@@ -51,20 +52,8 @@ def _report(store: DispatcherStore, h: H, rid: str, harden: bool = True) -> None
     store.commit_decision(h.report(rid), harden=harden)
 
 
-def _count(path: Path, rid: str) -> int:
-    """Steps resolved, as another connection sees them (committed ones only)."""
-    db = sqlite3.connect(path)
-    try:
-        (n,) = db.execute("SELECT count(*) FROM resolved WHERE replay_id = ?",
-                          (rid,)).fetchone()
-        return int(n)
-    finally:
-        db.close()
-
-
-def test_a_turn_is_one_transaction_and_harden_commits_it(tmp_path: Path) -> None:
-    path = tmp_path / DB_NAME
-    store = DispatcherStore(path, sync_interval_s=3600)  # no checkpoint meanwhile
+def test_a_turn_is_one_transaction_and_harden_commits_it(reopen: Reopen) -> None:
+    store = reopen(sync_interval_s=3600)  # no checkpoint meanwhile
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
     store.commit_decision(start)
@@ -72,21 +61,22 @@ def test_a_turn_is_one_transaction_and_harden_commits_it(tmp_path: Path) -> None
     for i in range(4):
         _report(store, h, rid, harden=False)
         assert store.staged == i + 1
-    assert _count(path, rid) == 0  # nothing of the turn is committed yet...
+    resolved = "SELECT count(*) FROM resolved WHERE replay_id = ?"
+    assert reopen.count(resolved, rid) == 0  # nothing of the turn is committed yet...
     assert store.durable_outbox_id == before  # ...nor may its audit records be sent
     assert max(i for i, _ in store.pending_outbox()) > before
     store.harden()  # one COMMIT, one fsync, for the four
-    assert store.staged == 0 and _count(path, rid) == 4
+    assert store.staged == 0 and reopen.count(resolved, rid) == 4
     assert store.durable_outbox_id == max(i for i, _ in store.pending_outbox())
     store.close()
 
 
 def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
-        tmp_path: Path) -> None:
+        reopen: Reopen) -> None:
     """What a cut does: the turn's transaction never reached the disk. The ids its rows had
-    are not handed out again (a new epoch at each open), so no record id names two records."""
-    path = tmp_path / DB_NAME
-    store = DispatcherStore(path)
+    are not handed out again (SQLite: a new epoch at each open; PostgreSQL: a sequence), so
+    no record id names two records."""
+    store = reopen()
     h = H()
     rid, start = h.start(wf(*_steps(10)), mode="autonomous")
     kept = [i for i, _ in store.commit_decision(start)]
@@ -94,8 +84,9 @@ def test_a_turn_not_hardened_is_lost_and_its_outbox_ids_are_never_given_again(
                                                 harden=False)]
     assert lost and min(lost) > max(kept)
     store.close()  # the open turn is rolled back, as after a crash
-    again = DispatcherStore(path)
-    assert again.epoch == store.epoch + 1
+    again = reopen()
+    if isinstance(store._db, SqliteDb):
+        assert again._db.epoch == store._db.epoch + 1  # type: ignore[attr-defined]
     assert [i for i, _ in again.pending_outbox()] == kept
     h2 = H()
     _rid2, start2 = h2.start(wf("t1"), mode="autonomous")
@@ -112,7 +103,9 @@ def test_the_syncer_checkpoints_commits_into_the_database_file(tmp_path: Path) -
     store.commit_decision(start)
     for _ in range(4):
         _report(store, h, rid)
-    wait_until(lambda: store._syncer.behind() == 0, timeout=10)
+    assert isinstance(store._db, SqliteDb)
+    syncer = store._db.syncer
+    wait_until(lambda: syncer.behind() == 0, timeout=10)
     # Checkpointed: the database file alone, without its WAL, already holds the 4 steps.
     alone = tmp_path / "alone.sqlite3"
     shutil.copyfile(path, alone)
@@ -123,8 +116,8 @@ def test_the_syncer_checkpoints_commits_into_the_database_file(tmp_path: Path) -
     store.close()
 
 
-def test_performed_rows_are_deleted_by_the_next_commit(tmp_path: Path) -> None:
-    store = DispatcherStore(tmp_path / DB_NAME)
+def test_performed_rows_are_deleted_by_the_next_commit(reopen: Reopen) -> None:
+    store = reopen()
     h = H()
     rid, start = h.start(wf("s1", "s2"), mode="autonomous")
     first = store.commit_decision(start)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from actors.dispatcher.effects import (
     AuditRecord,
@@ -28,11 +30,14 @@ from actors.dispatcher.effects import (
     effect_from_dict,
     effect_to_dict,
 )
+from actors.dispatcher.pg_store import PgDb
 from actors.dispatcher.state import DispatcherState, mutable_dump
 from actors.dispatcher.store import DB_NAME, OUTBOX_EFFECTS, DispatcherStore
+from actors.dispatcher.store_db import StoreUnavailable
 from messages.loop import ForgetReplay
 from messages.pause import AgentPaused
 from messages.workflow import Action
+from tests.unit.dispatcher_db import Reopen, open_at
 from tests.unit.test_dispatcher_core import CHECKS, H, act, of, sent, wf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,13 +75,13 @@ def varied(h: H) -> dict[str, str]:
             "cancelled": cancelled, "done": done}
 
 
-def test_round_trip_restores_every_replay(tmp_path: Path) -> None:
+def test_round_trip_restores_every_replay(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     ids = varied(h)
     persist(h, store)
     store.close()
-    loaded = DispatcherStore(tmp_path / "d.sqlite3").load()
+    loaded = reopen().load()
     assert snapshot(loaded) == snapshot(h.core.state)
     assert loaded.next_seq == h.core.state.next_seq
     assert loaded.replays[ids["paused"]].pause is not None
@@ -85,31 +90,31 @@ def test_round_trip_restores_every_replay(tmp_path: Path) -> None:
     assert failed.failed_action.action_id == "f1"
 
 
-def test_a_reloaded_core_carries_on(tmp_path: Path) -> None:
+def test_a_reloaded_core_carries_on(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     ids = varied(h)
     persist(h, store)
-    h2 = H(state=DispatcherStore(tmp_path / "d.sqlite3").load(), first_id=h.n, now=h.now)
+    h2 = H(state=reopen().load(), first_id=h.n, now=h.now)
     h2.core.check_invariants()
     assert [m.action.action_id for m in sent(h2.report(ids["retrying"]))] == ["s2"]
     assert [m.action.action_id for m in sent(h2.resume(ids["failed"]))] == ["f1_resume"]
 
 
-def test_commit_is_all_or_nothing(tmp_path: Path) -> None:
+def test_commit_is_all_or_nothing(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     rid, d = h.start(wf("s1"))
     with pytest.raises(TypeError):
         store.commit([h.replay(rid)], [*d.effects, "not an effect"])  # type: ignore[list-item]
     assert store.load().replays == {} and store.pending_outbox() == []
     store.commit_decision(d)  # the head is written in full on the retry
-    assert list(DispatcherStore(tmp_path / "d.sqlite3").load().replays) == [rid]
+    assert list(reopen().load().replays) == [rid]
 
 
-def test_outbox_rows_are_returned_pending_then_forgotten(tmp_path: Path) -> None:
+def test_outbox_rows_are_returned_pending_then_forgotten(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     _, d = h.start(wf("s1"))
     rows = store.commit_decision(d)
     assert [e for _, e in rows] == [e for e in d.effects if isinstance(e, OUTBOX_EFFECTS)]
@@ -124,15 +129,15 @@ def test_outbox_rows_are_returned_pending_then_forgotten(tmp_path: Path) -> None
     assert store.pending_outbox() == []
     store.close()
     # Ids are never reused (receivers dedupe on them), even after the outbox emptied.
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     _, d2 = h.start(wf("s2"))
     again = store.commit_decision(d2)
     assert min(i for i, _ in again) > max(i for i, _ in rows)
 
 
-def test_reports_log_records_every_report_with_its_status(tmp_path: Path) -> None:
+def test_reports_log_records_every_report_with_its_status(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     rid, _ = h.start(wf("s1", "s2"))
     old = h.report_msg(rid, screenshot_after=b"\x89PNG-old")
     h.resend(rid)
@@ -172,47 +177,50 @@ def test_every_effect_survives_msgpack(tmp_path: Path) -> None:
         effect_from_dict({"kind": "nope"})
 
 
-def test_workflow_is_written_once_and_transitions_stay_small(tmp_path: Path) -> None:
+def test_workflow_is_written_once_and_transitions_stay_small(reopen: Reopen) -> None:
     anchor = "A" * 20_000  # a big anchor image per step
     steps = [Action.model_validate({**act(f"s{i}").model_dump(),
                                     "target_spec": {"anchor_image_base64": anchor}})
              for i in range(50)]
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     rid, _ = h.start(wf(*steps))
     persist(h, store)
     statements: list[str] = []
-    store._db.set_trace_callback(statements.append)
+    db = store._db
+    execute, executemany = db.execute, db.executemany
+    db.execute = lambda sql, *a: (statements.append(sql), execute(sql, *a))[1]  # type: ignore[method-assign]
+    db.executemany = lambda sql, *a: (statements.append(sql), executemany(sql, *a))[1]  # type: ignore[method-assign]
     for _ in range(10):
         h.report(rid)
     persist(h, store)
-    store._db.set_trace_callback(None)
+    db.execute, db.executemany = execute, executemany  # type: ignore[method-assign]
     assert not any(s.lstrip().upper().startswith("INSERT INTO REPLAYS") for s in statements)
     (state_bytes, workflow_bytes) = store._db.execute(
         "SELECT length(state), length(workflow) FROM replays").fetchone()
     assert workflow_bytes > 50 * 20_000 and state_bytes < 25_000  # one in-flight step at most
-    assert store._db.execute("SELECT count(*) FROM resolved").fetchone() == (10,)
+    assert tuple(store._db.execute("SELECT count(*) FROM resolved").fetchone()) == (10,)
 
 
-def test_resolved_rows_are_appended_once_across_reloads(tmp_path: Path) -> None:
+def test_resolved_rows_are_appended_once_across_reloads(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     rid, _ = h.start(wf("s1", "s2", "s3"))
     h.report(rid)
     persist(h, store)
     store.close()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     h2 = H(state=store.load(), first_id=h.n, now=h.now)
     h2.report(rid)
     h2.report(rid)
     persist(h2, store)
     rows = store._db.execute("SELECT action_id, outcome FROM resolved ORDER BY rowid").fetchall()
-    assert rows == [("s1", "acked"), ("s2", "acked"), ("s3", "acked")]
+    assert [tuple(r) for r in rows] == [("s1", "acked"), ("s2", "acked"), ("s3", "acked")]
 
 
-def test_load_keeps_unfinished_and_the_most_recent_finished(tmp_path: Path) -> None:
+def test_load_keeps_unfinished_and_the_most_recent_finished(reopen: Reopen) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3", keep_finished=2)
+    store = reopen(keep_finished=2)
     finished = []
     for i in range(4):
         rid, _ = h.start(wf(f"s{i}"))
@@ -231,19 +239,53 @@ def test_wal_and_synchronous_full(tmp_path: Path) -> None:
     assert store._db.execute("PRAGMA synchronous").fetchone() == (2,)
 
 
+def test_postgresql_commits_synchronously_whatever_the_server_default(pg_url: str) -> None:
+    """synchronous_commit off on the database: the store's session sets it on again, so a
+    COMMIT returns only once its WAL is flushed (a decision durable before its effects)."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {conninfo_to_dict(pg_url)['dbname']} "
+                     "SET synchronous_commit = off".encode())
+    store = DispatcherStore(PgDb.connect(pg_url))
+    assert store._db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    with psycopg.connect(pg_url) as other:
+        assert other.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    store.close()
+
+
+def test_postgresql_refuses_a_commit_the_server_rolled_back(pg_url: str) -> None:
+    """A failed statement leaves the transaction aborted; PostgreSQL answers its COMMIT with
+    ROLLBACK and no error: the store raises, or it would send the turn's effects."""
+    db = PgDb.connect(pg_url)
+    db.begin()
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        db.execute("SELECT * FROM no_such_table")
+    with pytest.raises(RuntimeError, match="not committed"):
+        db.commit()
+    assert not db.in_transaction
+    db.close()
+
+
+def test_postgresql_unreachable_is_said_clearly_without_the_password() -> None:
+    from tests.conftest import free_port
+
+    url = f"postgresql://lea:s3cret@127.0.0.1:{free_port()}/lea"
+    with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:\d+/lea is unreachable") as info:
+        PgDb.connect(url, wait_s=0.5)
+    assert "s3cret" not in str(info.value)
+
+
 def test_in_dir_creates_the_database_under_the_data_dir(tmp_path: Path) -> None:
     store = DispatcherStore.in_dir(tmp_path / "var")
     assert store.path == tmp_path / "var" / DB_NAME and store.path.exists()
 
 
-def test_state_survives_kill_9_right_after_commit(tmp_path: Path) -> None:
+def test_state_survives_kill_9_right_after_commit(reopen: Reopen) -> None:
     """A committed transition is on disk even if the process dies without closing anything."""
-    db = tmp_path / "d.sqlite3"
     script = textwrap.dedent(f"""
         import os, signal
-        from actors.dispatcher.store import DispatcherStore
         from tests.unit.test_dispatcher_core import H, wf
-        store = DispatcherStore({str(db)!r})
+        from tests.unit.dispatcher_db import open_at
+        store = open_at({reopen.where!r})
         h = H()
         rid, d = h.start(wf("s1", "s2"))
         store.commit_decision(d)
@@ -254,7 +296,7 @@ def test_state_survives_kill_9_right_after_commit(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     rid = proc.stdout.decode().strip()
-    store = DispatcherStore(db)
+    store = reopen()
     state = store.load()
     r = state.replays[rid]
     assert r.inflight is not None and r.inflight.action.action_id == "s1"
@@ -281,10 +323,10 @@ def test_a_foreign_writer_cannot_half_apply(tmp_path: Path) -> None:
     assert store.commit_decision(d)
 
 
-def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeypatch:
+def test_a_control_request_is_recorded_with_its_decision(reopen: Reopen, monkeypatch:
                                                          pytest.MonkeyPatch) -> None:
     h = H()
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     rid, d = h.start(wf("s1"))
     assert store.reply_for("req1", "StartReplay") is None
     store.commit_decision(d, ("req1", "StartReplay", b"reply-1"))
@@ -292,11 +334,12 @@ def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeyp
     assert store.reply_for("req1", "ResumeReplay") is None  # an id is per kind of request
     store.close()
     # In the same transaction as the decision: both survive a restart, or neither does.
-    store = DispatcherStore(tmp_path / "d.sqlite3")
+    store = reopen()
     assert list(store.load().replays) == [rid]
     assert store.reply_for("req1", "StartReplay") == b"reply-1"
     _, d2 = h.start(wf("s2"))
-    with pytest.raises(sqlite3.IntegrityError):  # a record never overwrites another
+    # A record never overwrites another.
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
         store.commit_decision(d2, ("req1", "StartReplay", b"reply-2"))
     assert list(store.load().replays) == [rid]
     # Bounded: the oldest records go.
@@ -305,3 +348,31 @@ def test_a_control_request_is_recorded_with_its_decision(tmp_path: Path, monkeyp
         store.commit([], [], (f"req{i}", "StartReplay", b"r"))
     assert [store.reply_for(f"req{i}", "StartReplay") is not None for i in range(1, 5)] == [
         False, False, True, True]
+
+
+def test_postgresql_connection_lost_mid_turn_is_reported_and_nothing_of_it_is_kept(
+        pg_url: str) -> None:
+    """The server ends the connection while a turn is staged: the commit raises, the owner
+    is told (the dispatcher stops on it: process.py), and the turn is not in the database."""
+    lost: list[BaseException] = []
+    store = DispatcherStore(PgDb.connect(pg_url, on_lost=lost.append))
+    h = H()
+    kept, first = h.start(wf("s1"))
+    store.commit_decision(first)
+    _, second = h.start(wf("s2"))
+    store.commit_decision(second, harden=False)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    with pytest.raises(psycopg.OperationalError):
+        store.harden()
+    assert len(lost) == 1 and store.staged == 0
+    assert list(open_at(pg_url).load().replays) == [kept]
+
+
+def test_postgresql_without_the_right_to_create_the_tables_is_said(pg_url: str) -> None:
+    role = f"reader_{conninfo_to_dict(pg_url)['dbname']}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN".encode())
+    with pytest.raises(StoreUnavailable, match="cannot set up the dispatcher's tables"):
+        PgDb.connect(pg_url.replace("lea@", f"{role}@"))

@@ -1,0 +1,26 @@
+"""Which store the dispatcher opens: SQLite in the data directory (the embedded default), or
+PostgreSQL when ``database_url`` (``LEA_DATABASE_URL``) is set (docs/operations.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from actors.dispatcher.store import DispatcherStore
+from runtime.liveness import Beacon
+from runtime.settings import Settings
+
+
+def open_store(settings: Settings,
+               on_lost: Callable[[BaseException], None] | None = None) -> DispatcherStore:
+    """The dispatcher's store as ``settings`` say. ``on_lost``: called when the database
+    connection is lost (PostgreSQL). Raises
+    :class:`~actors.dispatcher.store_db.StoreUnavailable` if the server cannot be reached."""
+    if not settings.database_url:
+        return DispatcherStore.in_dir(settings.data_dir)
+    # psycopg is imported only by a dispatcher that uses PostgreSQL.
+    from actors.dispatcher.pg_store import PgDb
+
+    # The wait for the server is bounded and beats (runtime/liveness.py): the supervisor
+    # sees a dispatcher waiting, not a hung one.
+    beacon = Beacon.from_env()
+    return DispatcherStore(PgDb.connect(settings.database_url, on_lost, waiting=beacon.beat))

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The dispatcher on SQLite and on PostgreSQL, in one run: per-step overhead and steps/s.
+
+For each store (SQLite in the data directory; PostgreSQL with ``LEA_DATABASE_URL``) a full
+tree (`python run.py`) runs, with bench agents (bench/bench_agent.py: the agent's protocol,
+no-op ``wait`` actions): (1) one agent, ``--rounds`` replays of ``--steps`` steps: the
+per-step overhead it sees, from sending its report to receiving the next dispatch (each
+step waits for its turn's COMMIT); (2) ``--agents`` agents at once, one replay each:
+steps/s, from the first StartReplay to the last report (a turn's COMMIT is shared by the
+reports it holds). The floor, in each tree: the broker round trip to an echo worker.
+
+PostgreSQL: ``--database-url`` (a database of the bench's own: it leaves its replays
+there), else a throwaway server of Debian's binaries on a free port (tests/postgres.py),
+``fsync`` and ``synchronous_commit`` on, on this machine's disk like the SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchkit as kit
+import zmq
+from bench_agent import BenchAgent, Host
+from turnaround import run_replay
+
+from messages.replay import ReplayStarted, StartReplay
+
+
+@contextlib.contextmanager
+def postgres(url: str | None) -> Iterator[str]:
+    """``url``, or a throwaway server's database."""
+    if url:
+        yield url
+        return
+    sys.path.insert(0, str(kit.ROOT))
+    from tests.postgres import Cluster
+
+    with tempfile.TemporaryDirectory(prefix="lea-bench-pg-") as logs:
+        cluster = Cluster(Path(logs))
+        try:
+            cluster.start()
+            yield cluster.create_database("bench")
+        finally:
+            cluster.close()
+
+
+class Result(NamedTuple):
+    overheads: list[float]  # one agent: report -> next dispatch, seconds
+    rtts: list[float]  # broker round trips, seconds
+    steps_s: float  # many agents at once
+    cpu: str  # the dispatcher's CPU per step
+
+
+def measure(t: kit.Tree, steps: int, rounds: int, agents: int) -> Result:
+    """Overheads of one agent, then steps/s of ``agents`` at once, in tree ``t``."""
+    t.echo_worker()
+    body = kit.dispatch_sized_body()
+    meter = kit.CpuMeter({"dispatcher": t.child_pid("dispatcher")})
+    ctx: zmq.Context[object] = zmq.Context()
+    one = BenchAgent(ctx, t.endpoint, "bench-one")
+    many = [BenchAgent(ctx, t.endpoint, f"bench-{k}") for k in range(agents)]
+    host = Host([one, *many], t.check)
+    rtts: list[float] = []
+    try:
+        if not host.run_until(lambda: one.settled and all(a.settled for a in many), 60):
+            raise RuntimeError("the dispatcher did not answer the hellos")
+        run_replay(t, host, one, 20, "wait", 60)  # warm-up, not counted
+        one.overheads.clear()
+        for _ in range(rounds):
+            rtts += kit.broker_round_trips(t.endpoint, 200, body)
+            run_replay(t, host, one, steps, "wait", 120, meter)
+        started = time.monotonic()
+        for agent in many:
+            reply = t.client.call("dispatcher", StartReplay(
+                workflow=kit.noop_workflow(steps), machine_id=agent.machine_id,
+                mode="autonomous")).body
+            assert isinstance(reply, ReplayStarted), reply
+        if not host.run_until(lambda: all(len(a.reported_at) >= steps and a.settled
+                                          for a in many), 300):
+            raise RuntimeError("the concurrent replays did not finish")
+        last = max(a.reported_at[-1] for a in many)
+    finally:
+        host.close()
+        ctx.term()
+    return Result(one.overheads, rtts, agents * steps / (last - started),
+                  meter.per_step(rounds * steps))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=100, help="steps per replay (100)")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="replays of the single agent, each after a round-trip block (10)")
+    parser.add_argument("--agents", type=int, default=50,
+                        help="agents running one replay each at once (50)")
+    parser.add_argument("--database-url", default="",
+                        help="PostgreSQL to use (default: a throwaway server of our own)")
+    args = parser.parse_args(argv)
+    kit.quiet_logs()
+    results: dict[str, Result] = {}
+    with kit.tree() as t:
+        results["SQLite"] = measure(t, args.steps, args.rounds, args.agents)
+    with postgres(args.database_url) as url, kit.tree(extra_env={"LEA_DATABASE_URL": url}) as t:
+        results["PostgreSQL"] = measure(t, args.steps, args.rounds, args.agents)
+    print(f"store backends: full tree (broker + 6 actors), no-op 'wait' steps; 1 agent x "
+          f"{args.rounds} replays x {args.steps} steps, then {args.agents} agents x "
+          f"{args.steps} steps at once")
+    for name, r in results.items():
+        overheads, rtts = r.overheads, r.rtts
+        print(f"{name}:")
+        print(kit.row("broker round trip (echo worker)", rtts))
+        print(kit.row("per-step overhead (report -> next)", overheads))
+        ratio = kit.pct(overheads, 50) / kit.pct(rtts, 50)
+        print(f"  ratio p50 overhead / p50 round trip: {ratio:.1f}x;"
+              f" {args.agents} agents at once: {r.steps_s:,.0f} steps/s; dispatcher CPU "
+              f"per step (1 agent): {r.cpu}")
+    sqlite, pg = results["SQLite"], results["PostgreSQL"]
+    print(f"PostgreSQL / SQLite: overhead p50 "
+          f"{kit.pct(pg.overheads, 50) / kit.pct(sqlite.overheads, 50):.2f}x, "
+          f"steps/s {pg.steps_s / sqlite.steps_s:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -87,6 +87,8 @@ class Actor:
         self.worker = self.workers[0]
         self._serving = 0  # index of the worker connection whose request is being served
         self.client = Client(self.ctx, settings.tree_mdp_endpoints)
+        for worker in self.workers:
+            worker.on_move = self.client.follow
         self.bus = Publisher(self.ctx, settings.bus_in_endpoint, source=self.service)
         self._handlers: dict[type[Message], Handler] = {}
         self._extra: list[zmq.Socket[bytes]] = []

@@ -273,6 +273,7 @@ class Agent:
                     self.ctx, self.settings.mdp_endpoints, self.service,
                     self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness,
                     setup)
+                worker.on_move = self.client.follow  # to the broker that serves, at once
                 thread.start()
                 self.heartbeats.start()
                 logger.info("{}: serving on {} (executor {}, ledger {}, instance {})",

@@ -8,7 +8,9 @@ Given the endpoints of a broker pair (docs/operations.md, "A broker pair"), both
 next broker where they would retry (the Binary Star client): :class:`SyncClient` on every
 timeout; :class:`Client` when a request times out with nothing heard on the socket since it
 was sent (a broker that answers others is not dead: a slow service is not a failover), once
-per socket. With one endpoint nothing changes.
+per socket, or at once when the process's worker moved there (:meth:`Client.follow`: a
+worker hears a dead broker within its heartbeat liveness, sooner than a request times out).
+With one endpoint nothing changes.
 """
 
 from __future__ import annotations
@@ -174,6 +176,17 @@ class Client:
         self.socket = self._new()
         self._sockets += 1
         self._heard_at = float("-inf")
+
+    def follow(self, endpoint: str) -> None:
+        """Go on with a socket to ``endpoint``, another broker of the pair (where this
+        process's worker just moved), and send the outstanding requests there now."""
+        if endpoint == self.endpoint or endpoint not in self.endpoints:
+            return
+        self.endpoint = endpoint
+        self.reconnect()
+        now = time.monotonic()
+        for msg_id, pending in list(self._pending.items()):
+            self._send(msg_id, pending, now)  # the same id: receivers deduplicate
 
     def _switch(self) -> None:
         """Go on with a socket to the next broker of the pair."""

@@ -80,6 +80,9 @@ class Worker:
         self.liveness = liveness
         self.setup = setup
         self.refusals = 0  # READYs answered by DISCONNECT at once, in a row
+        # Told the endpoint each time this worker moves to another broker of a pair: the
+        # process's client follows it there (Client.follow) instead of waiting for timeouts.
+        self.on_move: Callable[[str], None] | None = None
         self._ready_at: float | None = None  # a READY waits for this time (after refusals)
         self.socket: zmq.Socket[bytes] = self._connect()
         self.connections = 1
@@ -113,6 +116,8 @@ class Worker:
         if len(self.endpoints) > 1:  # the other broker of the pair (module docstring)
             at = self.endpoints.index(self.endpoint)
             self.endpoint = self.endpoints[(at + 1) % len(self.endpoints)]
+            if self.on_move is not None:
+                self.on_move(self.endpoint)
         if not delay_s:
             logger.info("worker {}: reconnecting to {} ({})", self.service.decode(),
                         self.endpoint, reason)

@@ -5,6 +5,7 @@ where they stand (``mmi.broker``) to prove they were never active at once."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -40,6 +41,12 @@ def pair_env(env: dict[str, str], tmp: Path) -> tuple[dict[str, str], dict[str, 
         "LEA_MDP_BACKUP_ENDPOINT": env["LEA_MDP_ENDPOINT"], "LEA_TREE_BACKUP_ENDPOINT": door_a,
     }
     return tree, backup
+
+
+def remove_doors(tree_env: dict[str, str]) -> None:
+    """Remove the folder :func:`pair_env` made for the two doors."""
+    door = Path(tree_env["LEA_TREE_ENDPOINT"].removeprefix("ipc://"))
+    shutil.rmtree(door.parent.parent, ignore_errors=True)
 
 
 def broker_state(endpoint: str, ctx: zmq.Context[Any] | None = None,

@@ -5,8 +5,6 @@ where they stand (``mmi.broker``) to prove they were never active at once."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,9 @@ def _tcp() -> str:
 def pair_env(env: dict[str, str], tmp: Path) -> tuple[dict[str, str], dict[str, str]]:
     """(the tree's extra environment, the backup broker's environment), from a tree's
     ``env``: each broker its own endpoints, door and data; peers given both."""
-    # ipc paths are short (107 bytes): the doors go in a folder of their own under /tmp.
-    doors = Path(tempfile.mkdtemp(prefix="lea-pair-"))
+    # In ``tmp``, removed with it once the processes are gone (an ipc path has at most 107
+    # bytes: pytest's temporary folders and the bench's are short enough).
+    doors = tmp / "d"
     state_a, state_b, mdp_b = _tcp(), _tcp(), _tcp()
     door_a, door_b = f"ipc://{doors}/a/tree.sock", f"ipc://{doors}/b/tree.sock"
     tree = {
@@ -41,12 +40,6 @@ def pair_env(env: dict[str, str], tmp: Path) -> tuple[dict[str, str], dict[str, 
         "LEA_MDP_BACKUP_ENDPOINT": env["LEA_MDP_ENDPOINT"], "LEA_TREE_BACKUP_ENDPOINT": door_a,
     }
     return tree, backup
-
-
-def remove_doors(tree_env: dict[str, str]) -> None:
-    """Remove the folder :func:`pair_env` made for the two doors."""
-    door = Path(tree_env["LEA_TREE_ENDPOINT"].removeprefix("ipc://"))
-    shutil.rmtree(door.parent.parent, ignore_errors=True)
 
 
 def broker_state(endpoint: str, ctx: zmq.Context[Any] | None = None,

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 from tests.conftest import Spawn, python_argv, wait_until
-from tests.integration.broker_pair import PairWatch, broker_state, pair_env, remove_doors
+from tests.integration.broker_pair import PairWatch, broker_state, pair_env
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import assert_client_invariants, wait_ready
 from transport.client import SyncClient
@@ -72,7 +72,6 @@ def test_kill_the_active_broker_twice_during_replays(spawn: Spawn, lea_env: dict
             assert_client_invariants(system, agent, expected)
     finally:
         watch.close()
-        remove_doors(tree_env)
     assert watch.both == [], f"two active brokers: {watch.both[:3]}"
     # The watch saw each broker serve in turn (else it proved nothing).
     assert "active" in watch.seen[a] and "active" in watch.seen[b], watch.seen

@@ -80,12 +80,15 @@ class Actor:
         self.started_at = time.time()
         self.ctx: zmq.Context[Any] = zmq.Context()
         # The tree's own door: the only one its services may be served from (tree_door.py).
-        self.workers = [Worker(self.ctx, settings.tree_mdp_endpoint, self.service,
+        # With a broker pair, the other broker's door next (docs/operations.md).
+        self.workers = [Worker(self.ctx, settings.tree_mdp_endpoints, self.service,
                                settings.heartbeat_interval_s, settings.heartbeat_liveness)
                         for _ in range(max(1, self.worker_connections))]
         self.worker = self.workers[0]
         self._serving = 0  # index of the worker connection whose request is being served
-        self.client = Client(self.ctx, settings.tree_mdp_endpoint)
+        self.client = Client(self.ctx, settings.tree_mdp_endpoints)
+        for worker in self.workers:
+            worker.on_move = self.client.follow
         self.bus = Publisher(self.ctx, settings.bus_in_endpoint, source=self.service)
         self._handlers: dict[type[Message], Handler] = {}
         self._extra: list[zmq.Socket[bytes]] = []

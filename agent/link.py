@@ -84,6 +84,9 @@ def build(settings: Settings, args: argparse.Namespace, machine_id: str) -> Link
     endpoint = args.connect or (settings.curve_endpoint if use_curve
                                 else settings.mdp_endpoint)
     tunnel: Tunnel | None = None
+    if args.ssh and settings.mdp_backup_endpoint:
+        raise LinkError("--ssh reaches one broker: it cannot be used with a broker pair "
+                        "(LEA_MDP_BACKUP_ENDPOINT); use CURVE")
     if args.ssh:
         try:
             host, port = parse_tcp_endpoint(endpoint)

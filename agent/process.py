@@ -261,7 +261,7 @@ class Agent:
                 logger.warning("no stop at log-off / shutdown: {}", self._session_end.error)
         self.ctx = zmq.Context()
         setup = self.link.setup if self.link is not None else None
-        self._wire(ledger, Client(self.ctx, self.settings.mdp_endpoint, setup))
+        self._wire(ledger, Client(self.ctx, self.settings.mdp_endpoints, setup))
         self.heartbeats = Heartbeats(self.machine_id, self.client, probe_for(self.executor))
         self.pauses = PauseNotices(self.executor.name)
         worker: Worker | None = None
@@ -270,13 +270,15 @@ class Agent:
             with self.poll_loop.signals(self._request_stop):
                 self._resume_ledger()
                 self.worker = worker = Worker(
-                    self.ctx, self.settings.mdp_endpoint, self.service,
+                    self.ctx, self.settings.mdp_endpoints, self.service,
                     self.settings.heartbeat_interval_s, self.settings.heartbeat_liveness,
                     setup)
+                worker.on_move = self.client.follow  # to the broker that serves, at once
                 thread.start()
                 self.heartbeats.start()
                 logger.info("{}: serving on {} (executor {}, ledger {}, instance {})",
-                            self.service, self.settings.mdp_endpoint, self.executor.name,
+                            self.service, " or ".join(self.settings.mdp_endpoints),
+                            self.executor.name,
                             self.ledger.path, self.instance_id)
                 self._serve_loop()
         finally:

@@ -178,8 +178,9 @@ class Tree:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         kwargs.setdefault("stdout", log)
         kwargs.setdefault("stderr", subprocess.STDOUT)
+        kwargs.setdefault("env", self.env)
         proc: subprocess.Popen[bytes] = subprocess.Popen(
-            argv, env=self.env, cwd=ROOT, start_new_session=True, **kwargs)
+            argv, cwd=ROOT, start_new_session=True, **kwargs)
         log.close()
         self.procs.append(proc)
         return proc

@@ -7,6 +7,7 @@ only, so nothing needs a lock. See :mod:`broker.majordomo` for the protocol itse
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import signal
 import socket
@@ -20,14 +21,16 @@ import zmq
 from loguru import logger
 
 from broker import tree_door
+from broker.binary_star import Note, Pair
 from broker.bus_proxy import BATCH, BusProxy
 from broker.curve import ZAP_DOMAIN, CurveListener
 from broker.majordomo import Majordomo
 from broker.monitor import SocketMonitor
+from broker.pair_link import PairConfigError, PairLink, log_note
 from broker.refusal_audit import RefusalAudit
 from broker.tree_door import TreeDoorError
 from broker.zap import Verdict, ZapServer
-from messages.events import BAD_MESSAGE, PEER_REFUSED, WORKER_REFUSED
+from messages.events import BAD_MESSAGE, BROKER_STATE, PEER_REFUSED, WORKER_REFUSED
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.logs import setup_logging
 from runtime.rate_limit import RateLimit
@@ -36,6 +39,7 @@ from transport.curve_keys import CurveConfigError
 from transport.frames import poll_items, recv_message, zmq_poll
 
 HWM = 100_000
+MMI_BROKER = b"mmi.broker"
 BAD_EVENTS_PER_S = 50.0
 PEER_EVENTS_PER_S = 200.0
 SUMMARY_EVERY_S = 10.0
@@ -69,6 +73,14 @@ class Broker:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        # One of a pair (docs/operations.md, "A broker pair"): MDP traffic goes through the
+        # pair's decision first; mmi.broker says where this broker stands.
+        self.pair: PairLink | None = None
+        if settings.broker_role:
+            self.pair = PairLink(self.ctx, settings, self.router, time.monotonic(),
+                                 lambda frames, first: self.mdp.handle(frames, first),
+                                 self.mdp.forget_all, self._bad, self._pair_told)
+        self.mdp.mmi[MMI_BROKER] = self._describe
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -99,6 +111,8 @@ class Broker:
             self.zap.serve(ZAP_DOMAIN, self.curve.judge, self.curve.refused)
         _bind(self.bus.xsub, self.settings.bus_in_endpoint)
         _bind(self.bus.xpub, self.settings.bus_out_endpoint)
+        if self.pair is not None:
+            self.pair.open(_bind)
 
     def stop(self) -> None:
         """Ask the loop to exit (safe from a signal handler or another thread)."""
@@ -156,6 +170,9 @@ class Broker:
             handlers[mon.socket.FD] = self._monitor_handler(mon)
         if self.zap is not None:
             handlers[self.zap.socket.FD] = self.zap.drain
+        pair = self.pair
+        if pair is not None:
+            handlers[pair.sub.FD] = pair.drain_state
         poller = select.poll()
         for fd in handlers:
             poller.register(fd, select.POLLIN)
@@ -183,6 +200,8 @@ class Broker:
                     pending.add(fd)
             if now >= next_tick:
                 mdp.tick(now)
+                if pair is not None:
+                    pair.tick(now)
                 pending.add(router_fd)  # it sent heartbeats
                 next_tick += interval
                 if next_tick <= now:  # fell behind (a long batch): no burst of catch-up ticks
@@ -193,6 +212,9 @@ class Broker:
             if bus.touched:
                 bus.touched = False
                 pending.update(bus_fds)
+            if pair is not None and pair.touched:  # it sent on the ROUTER: look at it again
+                pair.touched = False
+                pending.add(router_fd)
 
     def _close(self) -> None:
         self.mdp.disconnect_all()
@@ -201,6 +223,8 @@ class Broker:
         # A short linger only to get those DISCONNECTs out; nothing else is worth waiting for.
         self.router.setsockopt(zmq.LINGER, 200 if self.mdp.workers else 0)
         self.router.close()
+        if self.pair is not None:
+            self.pair.close()
         if self.zap is not None:
             self.zap.close()
         self.audit.close()
@@ -229,6 +253,8 @@ class Broker:
     def _drain_router(self) -> bool:
         """Handle what the ROUTER holds, up to BATCH messages; True if it may hold more."""
         router, handle, waiting = self.router, self.mdp.handle, self._router_waiting
+        if self.pair is not None:
+            handle = self._pair_message
         for _ in range(BATCH):
             try:  # the first frame goes along: its metadata names the sender's door
                 frames, first = recv_message(router)
@@ -246,6 +272,24 @@ class Broker:
             if not zmq_poll(waiting, 0):
                 return False
         return True
+
+    def _pair_message(self, frames: list[bytes], first: zmq.Frame | None = None) -> None:
+        assert self.pair is not None
+        self.pair.message(frames, first, self.mdp.now)
+
+    def _pair_told(self, note: Note, pair: Pair) -> None:
+        """A change of state, a split brain or a bad pair: logged and published."""
+        log_note(note, pair)
+        self.bus.publish(BROKER_STATE, {"role": pair.role.value, "state": pair.state.value,
+                                        "kind": note.kind, "text": note.text},
+                         self._peer_limit, self.mdp.now)
+
+    def _describe(self) -> bytes:
+        """The ``mmi.broker`` reply: this broker's role and state (JSON), for a metrics
+        collector or an operator; a broker alone is ``alone`` and ``active``."""
+        if self.pair is None:
+            return json.dumps({"role": "alone", "state": "active"}).encode()
+        return self.pair.describe(self.mdp.now)
 
     def _bad(self, frames: list[bytes], reason: str) -> None:
         """Drop ``frames`` and report them on the bus (rate-limited, with a suppressed count)."""
@@ -312,6 +356,6 @@ def main() -> int:
     setup_logging("broker", settings.log_level)
     try:
         return Broker(settings).run()
-    except (zmq.ZMQError, CurveConfigError, TreeDoorError) as exc:
+    except (zmq.ZMQError, CurveConfigError, TreeDoorError, PairConfigError) as exc:
         logger.error("broker: cannot start: {}", exc)
         return 1

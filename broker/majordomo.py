@@ -119,6 +119,8 @@ class Majordomo:
         self.now = 0.0  # set by the loop once per wake-up: one clock read per batch
         self._mask_key = os.urandom(16)
         self._masks: dict[bytes, bytes] = {}  # routing id -> what workers see of it
+        # More mmi.* services the broker answers itself: name -> the reply's body.
+        self.mmi: dict[bytes, Callable[[], bytes]] = {}
 
     def handle(self, frames: list[bytes], first: zmq.Frame | None = None) -> None:
         """One message as the ROUTER received it (identity frame first); ``first``, its first
@@ -305,6 +307,8 @@ class Majordomo:
         if name == MMI_SERVICE:
             service = self.services.get(body[0])
             code = b"200" if service is not None and service.workers else b"404"
+        elif (answer := self.mmi.get(name)) is not None:
+            code = answer()
         else:
             code = b"501"
         self._send_quiet([client, CLIENT, C_FINAL, name, code])
@@ -368,6 +372,13 @@ class Majordomo:
             more = f" (+{len(expired) - 5} services)" if len(expired) > 5 else ""
             logger.warning("broker: {} queued request(s) expired, no worker for {}s: {}{}",
                            total, self.request_expiry_s, names, more)
+
+    def forget_all(self) -> None:
+        """DISCONNECT every worker and drop every queue: a broker of a pair stepping down
+        (broker/binary_star.py); the clients' retries go to the other broker."""
+        self.disconnect_all()
+        self.workers.clear()
+        self.services.clear()
 
     def disconnect_all(self) -> None:
         """DISCONNECT every worker (at shutdown: RFC 18 has them re-register on a new socket)."""

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.audit_command == "verify":
         return verify_command(settings, args)
-    client = SyncClient(settings.mdp_endpoint)
+    client = SyncClient(settings.mdp_endpoints)
     try:
         if args.audit_command == "show":
             return _show(client, args)

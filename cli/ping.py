@@ -47,7 +47,7 @@ def ping_service(client: SyncClient, service: str, timeout_s: float) -> dict[str
 def ping(settings: Settings, services: list[str] | None = None, as_json: bool = False,
          timeout_s: float = 2.0) -> int:
     """Print one line per service; exit code 1 if any is not ok."""
-    client = SyncClient(settings.mdp_endpoint)
+    client = SyncClient(settings.mdp_endpoints)
     try:
         rows = [ping_service(client, s, timeout_s) for s in services or list(ACTORS)]
     finally:

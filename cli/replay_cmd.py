@@ -165,7 +165,7 @@ def follow(client: SyncClient, replay_id: str, timeout: float, out: TextIO = sys
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    client = SyncClient(settings.mdp_endpoint)
+    client = SyncClient(settings.mdp_endpoints)
     try:
         return _run(client, args)
     except ValueError as exc:

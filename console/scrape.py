@@ -38,9 +38,9 @@ BROKER_TIMEOUT_S = 1.0
 
 
 def broker_endpoints(settings: Settings) -> tuple[str, ...]:
-    """The brokers to ask what they are: the one the console uses (a pair's two, once the
-    settings name the backup's)."""
-    return (settings.mdp_endpoint,)
+    """The brokers to ask what they are: the one the console uses, and the backup of a pair
+    (``LEA_MDP_BACKUP_ENDPOINT``)."""
+    return settings.mdp_endpoints
 
 
 class Brokers:

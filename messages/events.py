@@ -40,6 +40,8 @@ RESTART_COUNTS: Final = "lea:restart_counts"
 (``counts``: name → n): the metrics' ``lea_actor_restarts_total``."""
 PEER_CONNECTED: Final = "lea:peer_connected"
 PEER_DISCONNECTED: Final = "lea:peer_disconnected"
+# A broker of a pair changed state, or found its pair wrong (broker/binary_star.py).
+BROKER_STATE: Final = "lea:broker_state"
 # A CURVE handshake refused by the broker (key not in the allow-list); docs/protocol.md.
 PEER_REFUSED: Final = "lea:peer_refused"
 WORKER_REFUSED: Final = "lea:worker_refused"

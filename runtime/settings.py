@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     # The dispatcher's state in PostgreSQL (actors/dispatcher/pg_store.py) instead of its
     # SQLite file in data_dir; "" = SQLite, the embedded default (docs/operations.md).
     database_url: str = Field("", pattern=r"^((postgresql|postgres)://.*)?$")
+    # A broker pair (docs/operations.md, "A broker pair"; broker/binary_star.py): this
+    # broker's role, where it publishes its state and where its peer broker publishes its own.
+    # "" = a broker alone.
+    broker_role: str = Field("", pattern="^(|primary|backup)$")
+    broker_state_endpoint: str = ""
+    broker_peer_state_endpoint: str = ""
+    # Where the peers (agents, commands / the actors) go when the broker at mdp_endpoint
+    # (tree_endpoint) does not serve: the other broker of the pair. "" = one broker.
+    mdp_backup_endpoint: str = ""
+    tree_backup_endpoint: str = Field("", pattern=r"^(ipc://.+)?$")
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -89,8 +99,22 @@ class Settings(BaseSettings):
         return f"ipc://{Path(tempfile.gettempdir()) / f'lea-{uid}-{key}' / 'tree.sock'}"
 
     @property
+    def mdp_endpoints(self) -> tuple[str, ...]:
+        """The brokers a peer may use, in the order it tries them."""
+        return _with_backup(self.mdp_endpoint, self.mdp_backup_endpoint)
+
+    @property
+    def tree_mdp_endpoints(self) -> tuple[str, ...]:
+        """The tree's doors of the brokers, in the order the actors try them."""
+        return _with_backup(self.tree_mdp_endpoint, self.tree_backup_endpoint)
+
+    @property
     def keys_path(self) -> Path:
         return Path(self.keys_dir) if self.keys_dir else self.data_dir / "keys"
+
+
+def _with_backup(endpoint: str, backup: str) -> tuple[str, ...]:
+    return (endpoint, backup) if backup and backup != endpoint else (endpoint,)
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

@@ -3,13 +3,21 @@
 :class:`Client` is poll-driven for actors (callbacks, per-request timeout and retries);
 :class:`SyncClient` is the blocking Lazy Pirate for commands and tests: wait for the reply,
 and on timeout close the socket, open a new one and send again.
+
+Given the endpoints of a broker pair (docs/operations.md, "A broker pair"), both go to the
+next broker where they would retry (the Binary Star client): :class:`SyncClient` on every
+timeout; :class:`Client` when a request times out with nothing heard on the socket since it
+was sent (a broker that answers others is not dead: a slow service is not a failover), once
+per socket, or at once when the process's worker moved there (:meth:`Client.follow`: a
+worker hears a dead broker within its heartbeat liveness, sooner than a request times out).
+With one endpoint nothing changes.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +52,8 @@ class _Pending:
     retries_left: int
     callback: Callback
     deadline: float = field(default=0.0)
+    sent_at: float = field(default=0.0)
+    socket: int = field(default=0)  # which of the client's sockets it was last sent on
 
 
 def _new_socket(ctx: zmq.Context[Any], endpoint: str, setup: SocketSetup | None) -> Any:
@@ -68,15 +78,24 @@ def _reply_envelope(frames: list[bytes]) -> tuple[bool, Envelope[Message] | None
         return frames[1] == mdp.C_FINAL, None, str(exc)
 
 
+def _endpoints(endpoint: str | Sequence[str]) -> tuple[str, ...]:
+    return (endpoint,) if isinstance(endpoint, str) else tuple(endpoint)
+
+
 class Client:
     """Many requests in flight at once; each reply matched to its request by envelope id."""
 
-    def __init__(self, ctx: zmq.Context[Any], endpoint: str,
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str | Sequence[str],
                  setup: SocketSetup | None = None) -> None:
-        self.socket: zmq.Socket[bytes] = _new_socket(ctx, endpoint, setup)
-        self._new: Callable[[], zmq.Socket[bytes]] = lambda: _new_socket(ctx, endpoint, setup)
+        self.endpoints = _endpoints(endpoint)
+        self.endpoint = self.endpoints[0]  # the broker the socket goes to
+        self.socket: zmq.Socket[bytes] = _new_socket(ctx, self.endpoint, setup)
+        self._new: Callable[[], zmq.Socket[bytes]] = lambda: _new_socket(
+            ctx, self.endpoint, setup)
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, str]] = []
+        self._sockets = 0  # sockets opened before this one
+        self._heard_at = float("-inf")  # when this socket last received a reply
 
     def call(self, service: str, message: Message, callback: Callback,
              timeout_s: float = 2.5, retries: int = 2, msg_id: str | None = None) -> str:
@@ -99,6 +118,7 @@ class Client:
 
     def _send(self, msg_id: str, pending: _Pending, now: float) -> None:
         pending.deadline = now + pending.timeout_s
+        pending.sent_at, pending.socket = now, self._sockets
         heapq.heappush(self._deadlines, (pending.deadline, msg_id))
         try:
             # send_frames: send_multipart(NOBLOCK) without pyzmq's per-frame Python layers.
@@ -120,6 +140,7 @@ class Client:
             final, envelope, _error = _reply_envelope(frames)
             if envelope is None or not final:
                 continue  # partials and garbage are not the answer; the timeout covers loss
+            self._heard_at = time.monotonic() if len(self.endpoints) > 1 else 0.0
             pending = self._pending.pop(envelope.id, None)
             if pending is not None:
                 pending.callback(envelope, None)
@@ -132,6 +153,9 @@ class Client:
             pending = self._pending.get(msg_id)
             if pending is None or pending.deadline != deadline:
                 continue
+            if (len(self.endpoints) > 1 and pending.socket == self._sockets
+                    and self._heard_at < pending.sent_at):
+                self._switch()  # silent since it was sent: the other broker (module doc)
             if pending.retries_left > 0:
                 pending.retries_left -= 1
                 self._send(msg_id, pending, now)
@@ -150,6 +174,25 @@ class Client:
         requests outstanding are sent on it when their timeouts come."""
         self.socket.close(0)
         self.socket = self._new()
+        self._sockets += 1
+        self._heard_at = float("-inf")
+
+    def follow(self, endpoint: str) -> None:
+        """Go on with a socket to ``endpoint``, another broker of the pair (where this
+        process's worker just moved), and send the outstanding requests there now."""
+        if endpoint == self.endpoint or endpoint not in self.endpoints:
+            return
+        self.endpoint = endpoint
+        self.reconnect()
+        now = time.monotonic()
+        for msg_id, pending in list(self._pending.items()):
+            self._send(msg_id, pending, now)  # the same id: receivers deduplicate
+
+    def _switch(self) -> None:
+        """Go on with a socket to the next broker of the pair."""
+        at = self.endpoints.index(self.endpoint)
+        self.endpoint = self.endpoints[(at + 1) % len(self.endpoints)]
+        self.reconnect()
 
     def close(self) -> None:
         self.socket.close(0)
@@ -158,15 +201,19 @@ class Client:
 class SyncClient:
     """Blocking request/reply with the Lazy Pirate retry, for command-line tools and tests."""
 
-    def __init__(self, endpoint: str, ctx: zmq.Context[Any] | None = None,
+    def __init__(self, endpoint: str | Sequence[str], ctx: zmq.Context[Any] | None = None,
                  setup: SocketSetup | None = None) -> None:
         self.ctx = ctx or zmq.Context.instance()
-        self.endpoint = endpoint
+        self.endpoints = _endpoints(endpoint)
+        self.endpoint = self.endpoints[0]
         self.setup = setup
-        self.socket: zmq.Socket[bytes] = _new_socket(self.ctx, endpoint, setup)
+        self.socket: zmq.Socket[bytes] = _new_socket(self.ctx, self.endpoint, setup)
 
     def _reset(self) -> None:
         self.socket.close(0)
+        if len(self.endpoints) > 1:  # the Lazy Pirate retry goes to the other broker
+            at = self.endpoints.index(self.endpoint)
+            self.endpoint = self.endpoints[(at + 1) % len(self.endpoints)]
         self.socket = _new_socket(self.ctx, self.endpoint, self.setup)
 
     def raw(self, service: str, *body: bytes, timeout_s: float = 2.5,

@@ -8,13 +8,18 @@ A broker that answers our READY with DISCONNECT at once (it refuses the service,
 agent whose CURVE key is not that machine's) would make an immediate re-register a busy
 loop of handshakes: each such refusal in a row doubles the wait before the next READY, up to
 :data:`REFUSED_BACKOFF_MAX_S`, and is logged.
+
+Given the endpoints of a broker pair (docs/operations.md, "A broker pair"), every reconnect
+(the broker silent past liveness, its DISCONNECT, a refusal) goes to the next one: a passive
+broker turns a worker away with DISCONNECT, a dead one is silent, so the worker ends up at
+the broker that serves. With one endpoint it reconnects to that one, as RFC 18 says.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,19 +66,23 @@ class Worker:
     def __init__(
         self,
         ctx: zmq.Context[Any],
-        endpoint: str,
+        endpoint: str | Sequence[str],
         service: str,
         heartbeat_interval_s: float = 1.0,
         liveness: int = 3,
         setup: SocketSetup | None = None,
     ) -> None:
         self.ctx = ctx
-        self.endpoint = endpoint
+        self.endpoints = (endpoint,) if isinstance(endpoint, str) else tuple(endpoint)
+        self.endpoint = self.endpoints[0]  # the broker this connection goes to
         self.service = service.encode()
         self.heartbeat_interval_s = heartbeat_interval_s
         self.liveness = liveness
         self.setup = setup
         self.refusals = 0  # READYs answered by DISCONNECT at once, in a row
+        # Told the endpoint each time this worker moves to another broker of a pair: the
+        # process's client follows it there (Client.follow) instead of waiting for timeouts.
+        self.on_move: Callable[[str], None] | None = None
         self._ready_at: float | None = None  # a READY waits for this time (after refusals)
         self.socket: zmq.Socket[bytes] = self._connect()
         self.connections = 1
@@ -104,6 +113,11 @@ class Worker:
     def reconnect(self, reason: str, delay_s: float = 0.0) -> None:
         """Close the socket and register again on a new one (RFC 18: after DISCONNECT),
         after ``delay_s``."""
+        if len(self.endpoints) > 1:  # the other broker of the pair (module docstring)
+            at = self.endpoints.index(self.endpoint)
+            self.endpoint = self.endpoints[(at + 1) % len(self.endpoints)]
+            if self.on_move is not None:
+                self.on_move(self.endpoint)
         if not delay_s:
             logger.info("worker {}: reconnecting to {} ({})", self.service.decode(),
                         self.endpoint, reason)

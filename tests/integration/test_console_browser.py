@@ -212,6 +212,7 @@ def test_a_loop_pause_shows_its_evidence_and_can_be_cancelled(
     assert paused["data"]["detail"]["signal"] == "action_repeat"
 
 
+@pytest.mark.long  # roles: test_console_api.py decides them on the server
 def test_a_viewer_sees_the_pause_but_cannot_answer_it(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     from playwright.sync_api import expect
@@ -263,6 +264,7 @@ def test_a_viewer_sees_the_pause_but_cannot_answer_it(
         ("console", "obs.durand", "viewer")] * 2
 
 
+@pytest.mark.long  # limits: test_console_api.py
 def test_bad_passwords_are_limited_and_recorded(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     from playwright.sync_api import expect
@@ -302,6 +304,7 @@ def test_bad_passwords_are_limited_and_recorded(
     assert console_records(system, "login_succeeded") == []
 
 
+@pytest.mark.long  # expiry: test_console_accounts.py
 def test_an_expired_session_is_refused_and_the_sign_in_comes_back(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     from playwright.sync_api import expect

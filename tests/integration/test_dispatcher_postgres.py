@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.conftest import Spawn, python_argv, wait_until
 from tests.integration.system import FAST_WATCHDOG, System, clicks, workflow
@@ -91,6 +92,7 @@ def test_postgresql_unreachable_at_start_is_said_and_the_restart_policy_applies(
     assert system.wait_status(rid, "completed", timeout=60).completed_actions == 3
 
 
+@pytest.mark.long  # the restart intensity: test_supervisor.py
 def test_postgresql_unreachable_beyond_the_restart_intensity_stops_the_tree(
         spawn: Spawn, lea_env: Env, tmp_path: Path, own_pg: Cluster) -> None:
     own_pg.stop()

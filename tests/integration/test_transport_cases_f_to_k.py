@@ -80,7 +80,11 @@ def test_case_g_watchdog_resend_after_the_agent_executed_and_reported_late(
     from its ledger (original report, warning ``already_executed``), one effect line, the
     replay completes.
     """
-    system = System(spawn, lea_env, tmp_path, {"LEA_BEACON_TIMEOUT_S": "60"})
+    # Heartbeats slower than the freeze: were the dispatcher's connections (it has several)
+    # expired by the broker meanwhile, the broker would hand the question and the report to
+    # two new connections at once, in no order this case can rely on.
+    system = System(spawn, lea_env, tmp_path, {"LEA_BEACON_TIMEOUT_S": "60",
+                                               "LEA_HEARTBEAT_INTERVAL_MS": "5000"})
     agent = system.agent("g1", {"actions": {"s1": {"delay_s": 8}}})
     wait_ready(system, agent)
     rid = system.start(workflow(*clicks(3)), "g1")

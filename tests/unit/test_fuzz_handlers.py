@@ -42,7 +42,7 @@ from tests.fuzzing import Deriver, Pools, frames, structured, unstructured, weig
 from transport.peer_id import client_address, identity_of
 from transport.worker import Request
 
-SHORT = {"codec": 2000, "handler": 300}
+SHORT = {"codec": 1000, "handler": 300}
 LONG = {"codec": 30_000, "handler": 12_000}
 HANG_S = 60.0  # one input answered later than this: the process dumps its stacks and exits
 MAX_BYTES = 1 << 20

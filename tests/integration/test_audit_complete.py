@@ -132,6 +132,7 @@ def run_audit_log_kills(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, *
           "records in the trail")
 
 
+@pytest.mark.long  # CI's time: test_audit_log.py kills audit_log during appends
 def test_kill9_of_audit_log_every_few_seconds_loses_and_duplicates_nothing(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     run_audit_log_kills(spawn, lea_env, tmp_path, steps=200, delay_s=0.04, min_kills=2)

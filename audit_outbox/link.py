@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -32,9 +33,10 @@ OUTBOX_LOOK_S = 1.0
 
 
 class AuditLink:
-    """Records committed in ``outbox`` and sent to audit_log at ``endpoint`` (the broker)."""
+    """Records committed in ``outbox`` and sent to audit_log through the broker at ``endpoint``
+    (or either broker of a pair: the client moves to the one that serves)."""
 
-    def __init__(self, ctx: zmq.Context[Any], endpoint: str, outbox: AuditOutbox,
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str | Sequence[str], outbox: AuditOutbox,
                  source: str) -> None:
         self.outbox = outbox
         self.source = source

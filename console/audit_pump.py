@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,9 @@ LOOK_S = 1.0
 
 
 class AuditPump:
-    def __init__(self, endpoint: str, db_path: Path) -> None:
+    def __init__(self, endpoints: str | Sequence[str], db_path: Path) -> None:
         self._ctx: zmq.Context[Any] = zmq.Context()
-        self.link = AuditLink(self._ctx, endpoint, AuditOutbox(db_path), SOURCE)
+        self.link = AuditLink(self._ctx, endpoints, AuditOutbox(db_path), SOURCE)
 
     def wake(self) -> None:
         """New rows were committed: send them at the next turn."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,8 +25,10 @@ from transport.client import SyncClient
 class BrokerLink:
     """``await link.call(service, message)`` → the reply body; raises CallFailed."""
 
-    def __init__(self, endpoint: str, workers: int = 4) -> None:
-        self.endpoint = endpoint
+    def __init__(self, endpoints: str | Sequence[str], workers: int = 4) -> None:
+        # Both brokers of a pair: a call that times out moves its client to the other one
+        # (transport/client.py), so the console follows a failover.
+        self.endpoints = endpoints
         self._ctx: zmq.Context[Any] = zmq.Context()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="console-broker")
         self._idle: queue.SimpleQueue[SyncClient] = queue.SimpleQueue()
@@ -66,7 +69,7 @@ class BrokerLink:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the broker link is closed")
-            client = SyncClient(self.endpoint, self._ctx)
+            client = SyncClient(self.endpoints, self._ctx)
             self._all.append(client)
             return client
 

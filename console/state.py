@@ -80,13 +80,13 @@ class ConsoleState:
 
     @classmethod
     def build(cls, settings: Settings) -> ConsoleState:
-        link = BrokerLink(settings.mdp_endpoint)
+        link = BrokerLink(settings.mdp_endpoints)
         board, hub, trail = Board(), Hub(), TrailCache(link)
         accounts = AccountStore.in_dir(settings.data_dir)
         metrics = Metrics(time.monotonic)
         return cls(settings, link, board, hub,
                    Live(link, board, hub, trail, metrics.on_summaries), trail, accounts,
-                   AuditPump(settings.mdp_endpoint, accounts.path), OncePer(), metrics)
+                   AuditPump(settings.mdp_endpoints, accounts.path), OncePer(), metrics)
 
     def close_local(self) -> None:
         """Close what belongs to the event loop's thread (its SQLite connections); then

@@ -124,8 +124,7 @@ class Supervisor:
         ctx: zmq.Context[Any] = zmq.Context()
         self._publisher = Publisher(ctx, self.publisher_endpoint, self.source)
         if outbox is not None:
-            self._audit = AuditLink(ctx, self.settings.mdp_endpoint, outbox, self.source)
-            self._sel.register(self._audit.fileno(), selectors.EVENT_READ, self._audit)
+            self._audit = AuditLink(ctx, self.settings.mdp_endpoints, outbox, self.source)
         previous = signals.install(self._wakeup_w, self._on_stop_signal)
         try:
             return self._run()
@@ -234,7 +233,17 @@ class Supervisor:
 
     def _wait(self, timeout: float) -> None:
         assert self._sel is not None
-        ready = self._sel.select(timeout)
+        # The audit link's socket is watched during the wait only: its client opens a new
+        # socket when it moves to the other broker of a pair, and the number of the one it
+        # closed may by then be a new child's heartbeat pipe.
+        audit_fd = self._audit.fileno() if self._audit is not None else None
+        if audit_fd is not None:
+            self._sel.register(audit_fd, selectors.EVENT_READ, self._audit)
+        try:
+            ready = self._sel.select(timeout)
+        finally:
+            if audit_fd is not None:
+                self._sel.unregister(audit_fd)
         now = time.monotonic()
         for key, _ in ready:
             if key.fd == self._wakeup_r:

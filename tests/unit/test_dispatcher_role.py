@@ -1,14 +1,18 @@
 """The role of a dispatcher sharing PostgreSQL (actors/dispatcher/role.py): who competes for
-the leader's lock, when a leader steps down, and how a broker's ``mmi.broker`` answer is
-read. A standby must never try the lock while its broker does not serve (it would lead on a
-server nothing reaches); a leader must give it back as soon as its broker stops serving."""
+the leader's lock, when a leader steps down, how a broker's ``mmi.broker`` answer is read;
+and the lock itself on a real server (election.py). A standby must never try the lock while
+its broker does not serve (it would lead on a server nothing reaches); a leader must give
+it back as soon as its broker stops serving."""
 
 from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 
+from actors.dispatcher.election import try_lock
+from actors.dispatcher.pg_store import PgDb
 from actors.dispatcher.role import (
     BrokerSaid,
     Do,
@@ -71,3 +75,26 @@ def test_a_leader_steps_down_when_its_broker_stops_serving_or_falls_silent() -> 
     assert decide(L, True) is Do.WAIT
     assert decide(L, False) is Do.STEP_DOWN
     assert decide(L, None) is Do.STEP_DOWN
+
+
+def test_the_lock_is_held_by_one_session_and_ends_with_it(pg_url: str) -> None:
+    """The fence, on a real server: one session holds the leader's lock, others are refused
+    it; when the leader's session ends (the server drops it, as for a host cut off) its
+    commits fail and another takes the lock."""
+    lost: list[BaseException] = []
+    leader = PgDb.connect(pg_url, on_lost=lost.append)
+    standby = PgDb.connect(pg_url)
+    assert try_lock(leader) is True
+    assert try_lock(standby) is False
+    assert try_lock(standby) is False
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks "
+                      "WHERE locktype = 'advisory' AND granted")
+    with pytest.raises(psycopg.OperationalError):
+        leader.begin()
+        leader.execute("INSERT INTO meta VALUES ('deposed', 'x')")
+        leader.commit()
+    assert len(lost) == 1
+    assert try_lock(standby) is True
+    assert standby.execute("SELECT count(*) FROM meta WHERE key = 'deposed'").fetchone()[0] == 0
+    standby.close()

@@ -65,10 +65,15 @@ STEPPED_DOWN_EXIT = 3
 """Exit status of a leader that stepped down: the supervisor starts it again, a standby."""
 
 
+SILENT_MIN_S = 5.0
+"""The least silence of its broker a leader waits out: a broker slow for a moment (a loaded
+host) must not cost a restart of the dispatcher."""
+
+
 def silent_s(settings: Settings) -> float:
     """How long a leader's broker may say nothing before the leader steps down: twice the
-    time its workers take to give the broker up."""
-    return 2 * settings.heartbeat_expiry_s
+    time its workers take to give the broker up, :data:`SILENT_MIN_S` at least."""
+    return max(2 * settings.heartbeat_expiry_s, SILENT_MIN_S)
 
 
 def try_lock(db: StoreDb) -> bool:

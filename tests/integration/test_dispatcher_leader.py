@@ -36,7 +36,7 @@ def child(system: System) -> int | None:
 
 def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, pg_url: str) -> None:
-    system = System(spawn, lea_env, tmp_path, {"LEA_DATABASE_URL": pg_url})
+    system = System(spawn, lea_env, tmp_path, {"LEA_DATABASE_URL": pg_url}, ready_timeout=90)
     bus = Bus(system.env)
     try:
         leader = system.child_pid("dispatcher")

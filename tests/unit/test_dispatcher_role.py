@@ -19,7 +19,7 @@ from actors.dispatcher.role import (
     Role,
     after_try,
     broker_said,
-    broker_serves,
+    brokers_serve,
     decide,
 )
 
@@ -54,10 +54,20 @@ def test_an_unreadable_answer_says_nothing(frames: list[bytes]) -> None:
 
 def test_an_answer_older_than_the_silence_allowed_says_nothing() -> None:
     said = BrokerSaid("alone", "active", 10.0)
-    assert broker_serves(said, 12.0, 2.0) is True
-    assert broker_serves(said, 12.5, 2.0) is None
-    assert broker_serves(None, 0.0, 2.0) is None
-    assert broker_serves(BrokerSaid("backup", "passive", 10.0), 10.5, 2.0) is False
+    assert brokers_serve([said], 12.0, 2.0) is True
+    assert brokers_serve([said], 12.5, 2.0) is None
+    assert brokers_serve([None], 0.0, 2.0) is None
+    assert brokers_serve([], 0.0, 2.0) is None
+    assert brokers_serve([BrokerSaid("backup", "passive", 10.0)], 10.5, 2.0) is False
+
+
+def test_with_a_pair_on_one_host_either_door_serving_is_enough() -> None:
+    """The tree's door and the other broker's (``LEA_TREE_BACKUP_ENDPOINT``): the
+    dispatcher's workers go to the one that serves."""
+    passive, active = BrokerSaid("primary", "passive", 10.0), BrokerSaid("backup", "active", 9.0)
+    assert brokers_serve([passive, active], 10.5, 2.0) is True
+    assert brokers_serve([passive, None], 10.5, 2.0) is False
+    assert brokers_serve([passive, active], 11.5, 2.0) is False  # the active one fell silent
 
 
 def test_a_standby_tries_the_lock_only_while_its_broker_serves() -> None:

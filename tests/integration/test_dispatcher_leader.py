@@ -64,10 +64,13 @@ def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
         wait_until(lambda: system.pid("dispatcher") == second.pid, timeout=30)
         bus.wait_for(ROLE, role="leader", pid=second.pid, timeout=30)
         # ... and every replay completes, every input exactly once on its agent.
-        for rid, agent in zip(rids, agents, strict=True):
+        resent = 0
+        for rid, agent, then in zip(rids, agents, before, strict=True):
             summary = system.wait_status(rid, "completed", timeout=90)
             assert summary.completed_actions == STEPS
             assert_client_invariants(system, agent, [f"s{n}" for n in range(STEPS)])
+            resent += summary.counters.get("resent", 0) - then.counters.get("resent", 0)
+        assert resent > 0  # the new leader re-sent what was in flight at the kill
 
         # The killed leader came back, restarted by the supervisor, as a standby.
         back = wait_until(lambda: (pid := child(system)) != leader and pid, timeout=30)

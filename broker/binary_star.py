@@ -20,7 +20,12 @@ time where the guide would let two serve:
 - two active brokers (a healed partition) are resolved, not fatal: the backup steps down and
   forgets its workers and queues; two passive ones: the primary takes over;
 - a peer broker claiming our own role is a configuration error: we never serve while we hear
-  it (two primaries would each take the other for a backup).
+  it (two primaries would each take the other for a backup);
+- an active broker that has heard neither its peer broker nor any peer for the expiry is cut
+  off (its server's link is down): it steps down, so that when the link comes back it finds
+  the other serving and stays passive, instead of two active brokers. Peers of its own host
+  (its tree's processes, through the tree's door) do not count, for this nor for a takeover:
+  they reach it whatever the network does.
 """
 
 from __future__ import annotations
@@ -148,9 +153,14 @@ def _lost(pair: Pair, now: float) -> bool:
     return now >= pair.peer_expiry and pair.came_at > pair.heard_at
 
 
-def on_request(pair: Pair, now: float) -> Step:
-    """A peer (client or worker) sent an MDP message (not ``mmi.*``) to this broker."""
-    pair = replace(pair, came_at=now)
+def on_request(pair: Pair, now: float, counts: bool = True) -> Step:
+    """A peer (client or worker) sent an MDP message (not ``mmi.*``) to this broker.
+
+    ``counts`` False: a process of this broker's own host (its tree's, through the tree's
+    door): it says nothing of whether the other server can be reached, so it never makes
+    this broker take over, nor keeps it serving when it is cut off."""
+    if counts:
+        pair = replace(pair, came_at=now)
     state = pair.state
     if state is State.ACTIVE:
         return pair, (Effect.SERVE,)
@@ -164,11 +174,21 @@ def on_request(pair: Pair, now: float) -> Step:
 
 def on_tick(pair: Pair, now: float) -> Step:
     """Time passed: a primary or passive broker holding a peer takes over once its peer broker
-    is lost."""
+    is lost; an active broker that has heard neither its peer broker nor any peer for the
+    expiry is cut off, and steps down (module docstring)."""
     if pair.state in (State.PRIMARY, State.PASSIVE) and _lost(pair, now):
         return _to(pair, State.ACTIVE, "the peer broker was lost and a peer came",
                    Effect.SERVE_HELD)
+    if pair.state is State.ACTIVE and _cut_off(pair, now):
+        # The peers it had are gone: only one that comes from now on makes it serve again.
+        return _to(replace(pair, came_at=float("-inf")), State.PASSIVE,
+                   "cut off: neither the peer broker nor any peer heard for the expiry",
+                   Effect.FORGET)
     return pair, ()
+
+
+def _cut_off(pair: Pair, now: float) -> bool:
+    return now >= pair.peer_expiry and now >= pair.came_at + pair.expiry_s
 
 
 def describe(pair: Pair, now: float) -> dict[str, object]:

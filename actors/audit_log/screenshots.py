@@ -81,6 +81,10 @@ class ScreenshotFiles:
         if self._pool is not None:
             self._pool.shutdown()
 
+    def read(self, digest: str) -> bytes:
+        """The image; FileNotFoundError if its file is not there."""
+        return self.path(digest).read_bytes()
+
     def remove(self, digest: str) -> int:
         """Delete an image file; the bytes freed (0 if it was not there)."""
         path = self.path(digest)

@@ -229,7 +229,7 @@ def verify_command(settings: Settings, args: argparse.Namespace) -> int:
     try:
         db = open_reader(settings)
     except FileNotFoundError as exc:
-        print(f"error: no audit trail to verify ({exc})", file=sys.stderr)
+        print(f"error: no audit database: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except OSError as exc:  # unreadable, or PostgreSQL out of reach (DatabaseUnavailable)
         print(f"error: {exc}", file=sys.stderr)

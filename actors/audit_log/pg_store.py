@@ -145,6 +145,12 @@ class PgImages:
         return self._db.execute("SELECT 1 FROM images WHERE sha256 = ?",
                                 (digest,)).fetchone() is not None
 
+    def present(self, digests: set[str]) -> set[str]:
+        if not digests:
+            return set()
+        return {d for (d,) in self._db.execute("SELECT sha256 FROM images WHERE sha256 = "
+                                               "ANY(?)", (sorted(digests),))}
+
     def read(self, digest: str) -> bytes:
         row = self._db.execute("SELECT data FROM images WHERE sha256 = ?", (digest,)).fetchone()
         if row is None:

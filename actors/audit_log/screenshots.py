@@ -98,6 +98,9 @@ class ScreenshotFiles:
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()
 
+    def present(self, digests: set[str]) -> set[str]:
+        return {d for d in digests if self.exists(d)}
+
     def state(self, digest: str, check_content: bool = True) -> FileState:
         """``ok``, ``missing``, or ``corrupt`` (the content does not give the name)."""
         path = self.path(digest)

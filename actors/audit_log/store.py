@@ -314,7 +314,7 @@ class AuditStore:
     def screenshot_state(self, digests: set[str]) -> dict[str, ScreenshotState]:
         """``stored``, ``pruned`` (by retention) or ``missing`` for each image."""
         pruned: set[str] = set()
-        wanted = sorted(d for d in digests if not self.files.exists(d))
+        wanted = sorted(digests - self.files.present(digests))
         for start in range(0, len(wanted), 500):
             chunk = wanted[start:start + 500]
             pruned.update(d for (d,) in self._db.execute(
@@ -358,16 +358,18 @@ class AuditStore:
                            len(old) == PRUNE_BATCH)
 
     def _finish_prunes(self) -> tuple[int, int]:
-        """Delete the files of pruned images not deleted yet: (files, bytes)."""
+        """Delete the images marked pruned and not deleted yet: (images, bytes). Under the
+        chain's lock: another writer (PostgreSQL) cannot reference one of them again
+        between the choice and the deletion."""
         removed = freed = 0
-        digests = [d for (d,) in self._db.execute(
-            "SELECT sha256 FROM screenshots WHERE pruned_at IS NOT NULL AND removed = 0")]
-        for digest in digests:
-            if self.files.exists(digest):
-                freed += self.files.remove(digest)
-                removed += 1
         with self._db.appending():
             db = self._db
+            digests = [d for (d,) in db.execute(
+                "SELECT sha256 FROM screenshots WHERE pruned_at IS NOT NULL AND removed = 0")]
+            for digest in digests:
+                if self.files.exists(digest):
+                    freed += self.files.remove(digest)
+                    removed += 1
             db.executemany("UPDATE screenshots SET removed = 1 WHERE sha256 = ?",
                            [(d,) for d in digests])
         return removed, freed

@@ -46,6 +46,9 @@ class Images(Protocol):
 
     def exists(self, digest: str) -> bool: ...
 
+    def present(self, digests: set[str]) -> set[str]:
+        """Those of ``digests`` that are stored."""
+
     def read(self, digest: str) -> bytes:
         """The image; FileNotFoundError if it is not there."""
 

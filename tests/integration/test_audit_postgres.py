@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-from messages.audit import AppendRecords, RecordsAcked
+from messages.audit import AppendRecords, GetScreenshot, RecordsAcked, Screenshot
 from runtime.pg import describe
 from tests.conftest import Spawn, free_port, python_argv, wait_until
 from tests.integration.system import System, clicks, workflow
@@ -149,7 +149,9 @@ def test_a_lost_connection_ends_audit_log_with_75_and_nothing_acknowledged_is_lo
         spawn: Spawn, lea_env: Env, pg_url: str) -> None:
     tree = AuditTree(spawn, {**lea_env, "LEA_DATABASE_URL": pg_url})
     tree.wait_serving()
-    first = tree.call(AppendRecords(records=[record("lost", i) for i in range(10)]))
+    image = b"\x89PNG evidence" * 100
+    first = tree.call(AppendRecords(records=[record("lost", i, image=image if i == 0 else None)
+                                             for i in range(10)]))
     assert isinstance(first, RecordsAcked)
     with psycopg.connect(pg_url, autocommit=True) as conn:  # the server drops the session
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
@@ -166,6 +168,24 @@ def test_a_lost_connection_ends_audit_log_with_75_and_nothing_acknowledged_is_lo
     # (The broker may also have handed the first copy, still queued, to the new actor.)
     assert isinstance(again, RecordsAcked) and again.record_ids == [r.record_id for r in batch]
     assert {f"lost:{i}" for i in range(5, 10)} <= set(again.duplicates)
-    stored = [r.record_id for r in tree.all_records()]
-    assert stored == [f"lost:{i}" for i in range(20)]
+    stored = tree.all_records()
+    assert [r.record_id for r in stored] == [f"lost:{i}" for i in range(20)]
+    assert stored[0].screenshot_state == {"after": "stored"}
+    shot = tree.client.call("audit_log", GetScreenshot(sha256=stored[0].screenshots["after"]),
+                            timeout_s=5.0, retries=0).body
+    assert isinstance(shot, Screenshot) and shot.data == image  # from the database
     assert run_cli(tree.env, "audit", "verify").returncode == 0
+
+
+def test_verify_says_when_postgresql_holds_no_trail_or_cannot_be_reached(
+        lea_env: Env, pg_url: str) -> None:
+    empty = run_cli({**lea_env, "LEA_DATABASE_URL": pg_url}, "audit", "verify")
+    assert empty.returncode == 2 and "no audit database: no audit trail (schema audit) in " \
+        f"PostgreSQL at {describe(pg_url)}" in empty.stderr
+    with psycopg.connect(pg_url) as conn:  # verify created nothing
+        row = conn.execute("SELECT to_regnamespace('audit')").fetchone()
+    assert row is not None and row[0] is None
+    away = f"postgresql://lea@127.0.0.1:{free_port()}/x"
+    down = run_cli({**lea_env, "LEA_DATABASE_URL": away}, "audit", "verify")
+    assert down.returncode == 2 and f"PostgreSQL at {describe(away)} is unreachable" in \
+        down.stderr

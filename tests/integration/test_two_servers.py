@@ -12,6 +12,7 @@ complete.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,7 +156,7 @@ def _run(spawn: Spawn, made: Hosts, tmp: Path) -> None:
     ws = Workstation(spawn, made, tmp,
                      {**base, "LEA_CONFIG": str(EXAMPLES / "workstation.toml")})
     a, b = ws.brokers
-    trees = {}
+    trees, envs = {}, {}
     for host, name in (("a", "server-a"), ("b", "server-b")):
         # As the example files say, but for the data folder (the hosts share one disk here),
         # no console, the tests' quick watchdog and patience with a loaded machine's start.
@@ -164,6 +165,7 @@ def _run(spawn: Spawn, made: Hosts, tmp: Path) -> None:
                "LEA_RESTART_INTENSITY": "50"}
         argv = [sys.executable, "run.py", "--config", str(EXAMPLES / f"{name}.toml")]
         trees[host] = spawn(made.argv(host, argv), env=env, name=f"tree-{host}")
+        envs[host] = env
         if host == "a":  # one tree starting at a time: a loaded machine starts them sooner
             wait_until(lambda: ws.state(a) is not None, timeout=90)
     watch: PairWatch | None = None
@@ -205,6 +207,14 @@ def _run(spawn: Spawn, made: Hosts, tmp: Path) -> None:
         for machine_id, folder in agents.items():
             assert _effects(folder) == after, f"not exactly once on {machine_id} after A's return"
         assert all(tree.poll() is None for tree in trees.values()), "a tree stopped"
+        # The audit trail both servers wrote in PostgreSQL verifies, from each server (the
+        # chain there, and that server's own anchor in its data folder).
+        for host, name in (("a", "server-a"), ("b", "server-b")):
+            argv = [sys.executable, "run.py", "--config", str(EXAMPLES / f"{name}.toml"),
+                    "audit", "verify"]
+            done = subprocess.run(made.argv(host, argv), env=envs[host], cwd=ROOT, text=True,
+                                  capture_output=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
     finally:
         if watch is not None:
             watch.close()

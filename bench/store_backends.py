@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchkit as kit
@@ -31,7 +33,9 @@ import zmq
 from bench_agent import BenchAgent, Host
 from turnaround import run_replay
 
+from messages.events import DISPATCHER_ROLE
 from messages.replay import ReplayStarted, StartReplay
+from transport.bus import Subscriber
 
 
 @contextlib.contextmanager
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="replays of the single agent, each after a round-trip block (10)")
     parser.add_argument("--agents", type=int, default=50,
                         help="agents running one replay each at once (50)")
+    parser.add_argument("--takeovers", type=int, default=5,
+                        help="kill -9's of the leader of two dispatchers (5; 0: none)")
     parser.add_argument("--database-url", default="",
                         help="PostgreSQL to use (default: a throwaway server of our own)")
     args = parser.parse_args(argv)
@@ -127,7 +133,77 @@ def main(argv: list[str] | None = None) -> int:
     print(f"PostgreSQL / SQLite: overhead p50 "
           f"{kit.pct(pg.overheads, 50) / kit.pct(sqlite.overheads, 50):.2f}x, "
           f"steps/s {pg.steps_s / sqlite.steps_s:.2f}x")
+    if args.takeovers:
+        with postgres(args.database_url) as url, \
+                kit.tree(extra_env={"LEA_DATABASE_URL": url}) as t:
+            restarts, takeovers = takeover(t, args.takeovers)
+        print(f"two dispatchers on PostgreSQL, kill -9 of the leader, {args.takeovers} times "
+              "(until a ping of the dispatcher service is answered):")
+        print(kit.row("floor: alone, restarted by the supervisor", restarts))
+        print(kit.row("the standby takes over", takeovers))
     return 0
+
+
+def answered_by_another(t: kit.Tree, killed: int, limit_s: float = 60) -> float:
+    """Seconds until a process other than ``killed`` answers the dispatcher's pings."""
+    start = time.monotonic()
+    while t.pid("dispatcher", 0.2) in (None, killed):
+        t.check()
+        if time.monotonic() - start > limit_s:
+            raise RuntimeError(f"no dispatcher answers {limit_s}s after the kill")
+    return time.monotonic() - start
+
+
+def takeover(t: kit.Tree, rounds: int) -> tuple[list[float], list[float]]:
+    """kill -9 of the dispatcher alone (the floor: the supervisor restarts it), then of the
+    leader of two (a second dispatcher of the bench's, a standby, takes over; the one killed
+    comes back a standby: the supervisor's, or the bench's own started again)."""
+    restarts: list[float] = []
+    for _ in range(rounds):
+        pid = t.child_pid("dispatcher")
+        os.kill(pid, signal.SIGKILL)
+        restarts.append(answered_by_another(t, pid))
+    ctx: zmq.Context[Any] = zmq.Context()
+    roles = Subscriber(ctx, t.env["LEA_BUS_OUT_ENDPOINT"], DISPATCHER_ROLE)
+    argv = [sys.executable, "-m", "actors", "dispatcher"]
+    second = t.spawn(argv, "dispatcher-2")
+    takeovers: list[float] = []
+    try:
+        for _ in range(rounds):
+            standby_is_up(roles, t)
+            leader = t.pid("dispatcher")
+            assert leader is not None
+            os.kill(leader, signal.SIGKILL)
+            takeovers.append(answered_by_another(t, leader))
+            if leader == second.pid:
+                second.wait()
+                second = t.spawn(argv, "dispatcher-2")
+    finally:
+        roles.close()
+        ctx.term()
+    return restarts, takeovers
+
+
+def standby_is_up(roles: Subscriber, t: kit.Tree, limit_s: float = 60) -> None:
+    """Until a standby that is alive, and does not lead since, says so
+    (``lea:dispatcher_role``)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        t.check()
+        event = roles.recv(timeout_s=0.5)
+        if event is not None and event.data.get("role") == "standby":
+            pid = int(event.data["pid"])
+            if _alive(pid) and pid != t.pid("dispatcher"):
+                return
+    raise RuntimeError(f"no standby dispatcher after {limit_s}s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 if __name__ == "__main__":

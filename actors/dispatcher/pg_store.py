@@ -16,8 +16,8 @@ PostgreSQL"):
   ``(request_id, kind)``, in the decision's transaction, as on SQLite.
 
 The tables live in the schema ``dispatcher`` (the database may hold other stores). Each write
-of a replay bumps ``replays.version``: dispatchers sharing the database will serialise a
-replay's decisions on that row (``SELECT ... FOR UPDATE``, then compare the version).
+of a replay bumps ``replays.version``. Dispatchers sharing the database take turns: one leads,
+holding an advisory lock on this connection, the others wait (election.py).
 A lost connection is reported to ``on_lost`` (the dispatcher stops: what it holds in memory
 may be ahead of what is committed, and it restarts from the database).
 """
@@ -45,6 +45,11 @@ is left to the restart policy."""
 _CONNECT_TIMEOUT_S = 2  # one attempt (libpq's connect_timeout: 2 s at least)
 _RETRY_S = 0.25
 _LOCK = "lea.dispatcher.schema"
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+              "keepalives_count": 3, "tcp_user_timeout": 10_000}
+"""libpq's TCP options, unless the URL sets its own: a server cut off from us is found dead
+within seconds, not TCP's hours (docs/operations.md, "Several dispatchers", gives the
+server's side, which releases a cut-off leader's lock)."""
 
 # The tables of store.py's SQLite schema, in PostgreSQL's types. ``resolved.rowid``: the
 # order of insertion, under the name SQLite gives its implicit one (store.py's queries use
@@ -110,10 +115,10 @@ class PgDb:
         """Connect to ``url`` (retrying for ``wait_s``, calling ``waiting`` between tries)
         and set the schema up; raises :class:`StoreUnavailable` if the server cannot be
         reached."""
-        extra: dict[str, Any] = {}
         try:
-            if "connect_timeout" not in conninfo_to_dict(url):
-                extra["connect_timeout"] = _CONNECT_TIMEOUT_S
+            given = conninfo_to_dict(url)
+            extra: dict[str, Any] = {k: v for k, v in (
+                ("connect_timeout", _CONNECT_TIMEOUT_S), *KEEPALIVES.items()) if k not in given}
         except psycopg.ProgrammingError as exc:
             raise StoreUnavailable(f"LEA_DATABASE_URL is not a database URL: {exc}") from None
         deadline = time.monotonic() + wait_s

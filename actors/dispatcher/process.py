@@ -42,6 +42,7 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
+from actors.dispatcher.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
 from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
@@ -118,9 +119,11 @@ class DispatcherActor(Actor):
 
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        # Before the sockets: a database out of reach ends the process here.
+        # Before the sockets: a database out of reach ends the process here; on PostgreSQL
+        # a standby waits here, no worker registered, until it leads (election.py).
         self.store = _open_store(settings)
         super().__init__(settings)
+        self.leadership = Leadership(settings, self) if settings.database_url else None
         self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
@@ -172,7 +175,8 @@ class DispatcherActor(Actor):
 
     def run(self) -> int:
         self._grouped = True
-        return super().run()
+        code = super().run()
+        return STEPPED_DOWN_EXIT if self.leadership and self.leadership.stepped_down else code
 
     def on_hello(self, msg: AgentHello, _req: Incoming) -> Message:
         """An agent (re)connected. What this same process received, and what is still on its
@@ -184,6 +188,8 @@ class DispatcherActor(Actor):
         return self._apply(self.core.agent_hello(msg, time.time(), underway))
 
     def on_start(self) -> None:
+        if self.leadership is not None:
+            self.leadership.tell()
         decision = self.core.recover(time.time())
         if decision.effects:
             logger.info("dispatcher: recovered, re-sending {} in-flight action(s)",
@@ -195,7 +201,9 @@ class DispatcherActor(Actor):
         # re-sent, tracked again under its new attempt id.
         self._flush_sent()
         self.end_turn()
-        self.store.close()
+        self.store.close()  # on PostgreSQL, releases the leader's lock
+        if self.leadership is not None:
+            self.leadership.close()
 
     def end_turn(self) -> None:
         """The group commit: one fsync for the turn's decisions, then their effects (the
@@ -369,7 +377,7 @@ def _open_store(settings: Settings) -> DispatcherStore:
     the log and ends the process (STORE_UNAVAILABLE_EXIT): the supervisor's restart policy
     applies (docs/operations.md)."""
     try:
-        return open_store(settings, _database_lost)
+        return open_store(settings, _database_lost, lambda db: wait_to_lead(settings, db))
     except StoreUnavailable as exc:
         logger.error("dispatcher: {}; exiting ({})", exc, STORE_UNAVAILABLE_EXIT)
         raise SystemExit(STORE_UNAVAILABLE_EXIT) from None

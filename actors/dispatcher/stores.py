@@ -6,14 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.store_db import StoreDb
 from runtime.liveness import Beacon
 from runtime.settings import Settings
 
 
 def open_store(settings: Settings,
-               on_lost: Callable[[BaseException], None] | None = None) -> DispatcherStore:
+               on_lost: Callable[[BaseException], None] | None = None,
+               lead: Callable[[StoreDb], None] | None = None) -> DispatcherStore:
     """The dispatcher's store as ``settings`` say. ``on_lost``: called when the database
-    connection is lost (PostgreSQL). Raises
+    connection is lost (PostgreSQL). ``lead(db)``: on PostgreSQL, returns once this process
+    leads (election.py); the store reads the database only then. Raises
     :class:`~actors.dispatcher.store_db.StoreUnavailable` if the server cannot be reached."""
     if not settings.database_url:
         return DispatcherStore.in_dir(settings.data_dir)
@@ -23,4 +26,7 @@ def open_store(settings: Settings,
     # The wait for the server is bounded and beats (runtime/liveness.py): the supervisor
     # sees a dispatcher waiting, not a hung one.
     beacon = Beacon.from_env()
-    return DispatcherStore(PgDb.connect(settings.database_url, on_lost, waiting=beacon.beat))
+    db = PgDb.connect(settings.database_url, on_lost, waiting=beacon.beat)
+    if lead is not None:
+        lead(db)
+    return DispatcherStore(db)

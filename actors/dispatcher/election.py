@@ -1,0 +1,228 @@
+"""Leader election among dispatchers sharing one PostgreSQL database, fenced by the
+database (docs/operations.md, "Several dispatchers"; the rules: role.py).
+
+The lock is a session-level advisory lock (``pg_try_advisory_lock``) taken on the very
+connection the store commits through. That connection is the fence: while it lives the
+lock is held; when it dies (the process killed, the server's TCP keepalives dropping a
+host cut off) the server releases the lock, and every later commit of the deposed leader
+fails on the dead connection (the dispatcher then stops, process.py). So no two
+dispatchers ever commit decisions at once, whoever believes what.
+
+A standby (:func:`wait_to_lead`) runs a small loop of its own before the actor is built: no
+worker registers the ``dispatcher`` service, the supervisor's beacon beats, its role is
+logged and published (``lea:dispatcher_role``), and while its own broker serves it tries the
+lock every :data:`TRY_EVERY_S`. Once it holds it, the dispatcher loads the state from the
+database (the recovery of a restart) and serves. A leader watches its broker
+(:class:`Leadership`): when it no longer serves, the leader steps down (the process exits
+with :data:`STEPPED_DOWN_EXIT`, releasing the lock; the supervisor starts it again, a
+standby).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+from loguru import logger
+
+from actors.base import Actor
+from actors.dispatcher.role import (
+    BrokerSaid,
+    Do,
+    Role,
+    after_try,
+    broker_said,
+    broker_serves,
+    decide,
+)
+from actors.dispatcher.store_db import StoreDb
+from messages.events import DISPATCHER_ROLE
+from runtime.settings import Settings
+from transport import mdp
+from transport.bus import Publisher
+from transport.frames import recv_frames
+from transport.poll_loop import PollLoop, Timers
+
+LOCK = "lea.dispatcher.leader"
+"""The advisory lock's name (its key: ``hashtext`` of it, in the store's database)."""
+TRY_EVERY_S = 0.25
+"""How often a standby whose broker serves tries the lock."""
+ASK_EVERY_S = 0.5
+"""How often our broker is asked whether it serves (``mmi.broker``)."""
+ANSWER_S = 1.0
+"""An ask not answered in this time is given up (a new socket: the broker may have
+restarted)."""
+FRESH_S = 2.0
+"""A standby tries the lock only on an answer this recent."""
+ROLE_EVERY_S = 5.0
+"""``lea:dispatcher_role`` is told again this often (the bus keeps nothing)."""
+STEPPED_DOWN_EXIT = 3
+"""Exit status of a leader that stepped down: the supervisor starts it again, a standby."""
+
+
+def silent_s(settings: Settings) -> float:
+    """How long a leader's broker may say nothing before the leader steps down: twice the
+    time its workers take to give the broker up."""
+    return 2 * settings.heartbeat_expiry_s
+
+
+def try_lock(db: StoreDb) -> bool:
+    """Take the leader's lock on the store's connection if nobody holds it; never waits.
+    Held until the session ends (a lost connection is the store's ``on_lost``)."""
+    row = db.execute("SELECT pg_try_advisory_lock(hashtext(?))", (LOCK,)).fetchone()
+    return bool(row[0])
+
+
+class BrokerWatch:
+    """Asks our own broker (the tree's door) ``mmi.broker`` every :data:`ASK_EVERY_S`, one
+    question at a time; :attr:`said` is its last answer. A part of a poll loop
+    (``watch`` its :attr:`socket`, ``add`` it for its ticks)."""
+
+    def __init__(self, ctx: zmq.Context[Any], endpoint: str) -> None:
+        self._ctx = ctx
+        self._endpoint = endpoint
+        self.socket = self._connect()
+        self.said: BrokerSaid | None = None
+        self._asked_at: float | None = None
+        self._next = time.monotonic()
+
+    def _connect(self) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self._endpoint)
+        return sock
+
+    def tick(self, now: float) -> None:
+        if self._asked_at is not None and now - self._asked_at > ANSWER_S:
+            self.socket.close(0)  # the Lazy Pirate: a new socket, nothing queued on it
+            self.socket = self._connect()
+            self._asked_at = None
+        if self._asked_at is None and now >= self._next:
+            with contextlib.suppress(zmq.Again):
+                self.socket.send_multipart(mdp.client_request(b"mmi.broker", b""),
+                                           zmq.NOBLOCK)
+                self._asked_at = now
+            self._next = now + ASK_EVERY_S
+
+    def next_deadline(self) -> float | None:
+        return self._next if self._asked_at is None else self._asked_at + ANSWER_S
+
+    def drain(self) -> None:
+        while True:
+            try:
+                frames = recv_frames(self.socket)
+            except zmq.Again:
+                return
+            if len(frames) >= 4 and frames[0] == mdp.CLIENT and frames[1] == mdp.C_FINAL:
+                self._asked_at = None
+                said = broker_said(frames[3:], time.monotonic())
+                if said is not None:
+                    self.said = said
+
+    def close(self) -> None:
+        self.socket.close(0)
+
+
+def tell_role(publish: Callable[..., None], role: Role, said: BrokerSaid | None) -> None:
+    """``lea:dispatcher_role``: this dispatcher's role, who it is, what its broker said."""
+    publish(DISPATCHER_ROLE, role=role.value, pid=os.getpid(), host=socket.gethostname(),
+            broker_role=said.role if said else None, broker_state=said.state if said else None)
+
+
+def wait_to_lead(settings: Settings, db: StoreDb) -> None:
+    """Return once this process holds the leader's lock; a standby until then. A stop
+    signal meanwhile ends the process (exit 0): nothing was decided."""
+    ctx: zmq.Context[Any] = zmq.Context()
+    loop = PollLoop("dispatcher")
+    watch = BrokerWatch(ctx, settings.tree_mdp_endpoint)
+    bus = Publisher(ctx, settings.bus_in_endpoint, source="dispatcher")
+    timers = Timers("dispatcher")
+    led = False
+    said_standby = False
+
+    def standby() -> None:
+        nonlocal said_standby
+        if not said_standby:
+            said_standby = True
+            logger.info("dispatcher: standby (another dispatcher leads, or our broker does "
+                        "not serve): trying the leader's lock every {}s while our broker "
+                        "serves", TRY_EVERY_S)
+        tell_role(bus.publish, Role.STANDBY, watch.said)
+
+    def look(now: float) -> None:
+        nonlocal led
+        if led:
+            return
+        if decide(Role.STANDBY, broker_serves(watch.said, now, FRESH_S)) is Do.TRY_LOCK:
+            led = after_try(try_lock(db))[1] is Do.LEAD
+            if led:
+                loop.stop()
+            elif not said_standby:
+                standby()
+
+    def answered(_ready: object) -> None:
+        watch.drain()
+        look(time.monotonic())  # at once: a lone dispatcher leads without a wait
+
+    loop.watch(lambda: (watch.socket,), answered)
+    loop.add(watch)
+    loop.add(timers)
+    timers.every(TRY_EVERY_S, look)
+    timers.every(ROLE_EVERY_S, lambda _now: standby())
+    try:
+        with loop.signals():
+            loop.run()
+    finally:
+        watch.close()
+        bus.close()
+        ctx.term()
+    if not led:
+        db.close()
+        raise SystemExit(0)
+    logger.info("dispatcher: leader: holds the leader's lock; loading the replays")
+
+
+class Leadership:
+    """The leader's side, in the actor's loop: watches our broker and steps down when it no
+    longer serves (role.py): the actor stops, and its process exits
+    :data:`STEPPED_DOWN_EXIT`, which releases the lock."""
+
+    def __init__(self, settings: Settings, actor: Actor) -> None:
+        self.watch = BrokerWatch(actor.ctx, settings.tree_mdp_endpoint)
+        self.role = Role.LEADER
+        self._actor = actor
+        self._silent_s = silent_s(settings)
+        self._since = time.monotonic()  # the silence allowed counts from the start
+        actor.poll_loop.watch(lambda: (self.watch.socket,), lambda _ready: self.watch.drain())
+        actor.poll_loop.add(self.watch)
+        actor.every(TRY_EVERY_S, self.check)
+        actor.every(ROLE_EVERY_S, lambda _now: self.tell())
+
+    @property
+    def stepped_down(self) -> bool:
+        return self.role is not Role.LEADER
+
+    def tell(self) -> None:
+        tell_role(self._actor.publish, self.role, self.watch.said)
+
+    def check(self, now: float) -> None:
+        """Step down if our broker no longer serves."""
+        said = self.watch.said
+        if self.stepped_down or (said is None and now - self._since <= self._silent_s):
+            return
+        serves = broker_serves(said, now, self._silent_s)
+        if decide(Role.LEADER, serves) is Do.STEP_DOWN:
+            self.role = Role.STANDBY
+            why = "is silent" if said is None or serves is None else f"is {said.state}"
+            logger.warning("dispatcher: stepping down: our broker {}; giving the leader's "
+                           "lock back (exit {})", why, STEPPED_DOWN_EXIT)
+            self.tell()
+            self._actor.stop()
+
+    def close(self) -> None:
+        self.watch.close()

@@ -1,0 +1,73 @@
+"""Two dispatchers on one PostgreSQL database (actors/dispatcher/election.py), real
+processes: the tree (`python run.py`) on PostgreSQL, a second dispatcher (``python -m actors
+dispatcher``, the same settings: it reaches the tree's broker by its door), ten real
+simulated agents. The second waits as a standby with no worker registered; kill -9 of the
+leader in the middle of ten replays: the standby takes over, every replay completes, every
+input exactly once on each agent, and the supervisor brings the killed one back as a
+standby."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.system import System, clicks, workflow
+from tests.integration.transport_checks import Bus, assert_client_invariants, wait_ready
+
+ROLE = "lea:dispatcher_role"
+STEPS = 8
+
+
+def answering(system: System, times: int = 24) -> Counter[int | None]:
+    """Which processes answer ``times`` pings of the ``dispatcher`` service. The broker hands
+    each request to the worker connection waiting longest: a standby with a worker of its
+    own would answer some of them."""
+    return Counter(system.pid("dispatcher") for _ in range(times))
+
+
+def child(system: System) -> int | None:
+    """The tree's dispatcher process, None between an exit and its restart."""
+    try:
+        return system.child_pid("dispatcher")
+    except LookupError:
+        return None
+
+
+def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, pg_url: str) -> None:
+    system = System(spawn, lea_env, tmp_path, {"LEA_DATABASE_URL": pg_url})
+    bus = Bus(system.env)
+    try:
+        leader = system.child_pid("dispatcher")
+        second = spawn(python_argv("-m", "actors", "dispatcher"), env=system.env,
+                       name="dispatcher-2")
+        # The second is a standby: it says so, and only the leader serves the service.
+        bus.wait_for(ROLE, role="standby", pid=second.pid, timeout=30)
+        assert answering(system) == Counter({leader: 24})
+        assert bus.events(ROLE, role="leader", pid=leader)  # the leader says it too
+
+        agents = [system.agent(f"h{n}", {"default": {"delay_s": 0.2}}) for n in range(10)]
+        for agent in agents:
+            wait_ready(system, agent)
+        rids = [system.start(workflow(*clicks(STEPS)), a.machine_id) for a in agents]
+        wait_until(lambda: all(system.status(r).index >= 2 for r in rids), timeout=60)
+        before = [system.status(r) for r in rids]
+        assert all(s.status == "running" and s.index < STEPS for s in before)
+        system.kill("dispatcher")
+
+        # The standby leads (it loaded the replays from the database) ...
+        wait_until(lambda: system.pid("dispatcher") == second.pid, timeout=30)
+        bus.wait_for(ROLE, role="leader", pid=second.pid, timeout=30)
+        # ... and every replay completes, every input exactly once on its agent.
+        for rid, agent in zip(rids, agents, strict=True):
+            summary = system.wait_status(rid, "completed", timeout=90)
+            assert summary.completed_actions == STEPS
+            assert_client_invariants(system, agent, [f"s{n}" for n in range(STEPS)])
+
+        # The killed leader came back, restarted by the supervisor, as a standby.
+        back = wait_until(lambda: (pid := child(system)) != leader and pid, timeout=30)
+        bus.wait_for(ROLE, role="standby", pid=back, timeout=30)
+        assert answering(system) == Counter({second.pid: 24})
+    finally:
+        bus.close()

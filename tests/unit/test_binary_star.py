@@ -298,11 +298,23 @@ def test_cut_off_then_back_the_broker_stays_passive_while_the_other_serves() -> 
     assert a.state is State.PASSIVE and b.serving
 
 
-def test_a_broker_cut_off_serves_again_when_a_peer_comes_and_its_peer_is_still_lost() -> None:
+def test_back_from_a_cut_a_peer_before_the_peer_brokers_state_does_not_make_it_serve() -> None:
+    """The link comes back: an agent's message may arrive before the other broker's state."""
     pair, _ = on_tick(on_request(at(P, State.ACTIVE, heard_at=0.0), 0.5)[0], 0.5 + E + 0.01)
-    assert pair.state is State.PASSIVE
-    step = on_request(pair, 20.0)
-    assert step[0].serving and effects(step) == [Effect.SERVE_HELD, Effect.SERVE]
+    assert pair.state is State.PASSIVE and pair.cut_off
+    pair, out = on_request(pair, 20.0)
+    assert pair.state is State.PASSIVE and out == (Effect.HOLD,)
+    pair, out = on_peer(pair, B, State.ACTIVE, 20.4)
+    assert pair.state is State.PASSIVE and Effect.REFUSE_HELD in out
+
+
+def test_a_broker_cut_off_serves_again_when_a_peer_comes_and_its_peer_stays_lost() -> None:
+    """The other server died meanwhile: the peers come back, and after an expiry it serves."""
+    pair, _ = on_tick(on_request(at(P, State.ACTIVE, heard_at=0.0), 0.5)[0], 0.5 + E + 0.01)
+    pair, _ = on_request(pair, 20.0)
+    assert on_tick(pair, 20.0 + E - 0.01)[0].state is State.PASSIVE
+    step = on_tick(pair, 20.0 + E)
+    assert step[0].serving and effects(step) == [Effect.SERVE_HELD]
 
 
 def test_describe_says_role_state_and_peer() -> None:

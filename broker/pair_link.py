@@ -100,9 +100,16 @@ class PairLink:
         self._peers: dict[bytes, bool] = {}  # routing id -> counts for the pair (_counts)
 
     def open(self, bind: Callable[[zmq.Socket[bytes], str], None]) -> None:
+        interval_ms = self.settings.heartbeat_interval_ms
         for sock in (self.pub, self.sub):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.CONFLATE, 1)  # only the latest state matters
+            # ZMTP heartbeats: a connection through a link that went down is given up at the
+            # expiry and made again, so that when the link is back the peer's state comes
+            # within a heartbeat (a TCP connection left as it was would wait for TCP's next
+            # retransmission, seconds later, while the peers already came back).
+            sock.setsockopt(zmq.HEARTBEAT_IVL, interval_ms)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, interval_ms * self.settings.heartbeat_liveness)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.setsockopt(zmq.MAXMSGSIZE, 256)
         bind(self.pub, self.settings.broker_state_endpoint)

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -122,8 +123,11 @@ def main() -> int:
                 active = other
             done = [e["action_id"] for e in read_effects(log)]
             twice = len(done) - len(set(done))
+        shutil.rmtree(tmp)  # kept (the processes' logs) when the bench failed
     finally:
         procs.close()
+        if tmp.exists():
+            print(f"logs: {tmp}", file=sys.stderr)
     heartbeat = example("server-a").heartbeat_interval_ms
     print(f"two servers, {args.rounds} cuts of the active server's link, one agent "
           f"(heartbeat {heartbeat} ms, as in the example files):")

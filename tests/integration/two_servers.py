@@ -182,10 +182,10 @@ def two_servers(spawn: Spawn, tmp: Path, extra_env: dict[str, str] | None = None
 def _start_trees(servers: TwoServers, spawn: Spawn, tmp: Path, base: dict[str, str]) -> None:
     a, b = servers.ws.brokers
     for host, name in SERVERS.items():
-        # No console, the tests' quick watchdog, patience with a loaded machine's start.
+        # No console, the tests' quick watchdog, patience with a loaded machine's start;
+        # the restart intensity is the default's (a server cut off restarts its dispatcher).
         env = {**base, **FAST_WATCHDOG, "LEA_DATA_DIR": str(tmp / f"var-{host}"),
-               "LEA_CONSOLE_PORT": "0", "LEA_BEACON_TIMEOUT_S": "30",
-               "LEA_RESTART_INTENSITY": "50"}
+               "LEA_CONSOLE_PORT": "0", "LEA_BEACON_TIMEOUT_S": "30"}
         argv = [sys.executable, "run.py", "--config", str(EXAMPLES / f"{name}.toml")]
         servers.trees[host] = spawn(servers.made.argv(host, argv), env=env, name=f"tree-{host}")
         servers.envs[host] = env

@@ -33,6 +33,11 @@ from runtime import pg
 
 SCHEMA = "audit"
 _LOCK = "lea.audit.schema"
+IDLE_IN_TRANSACTION_S = 10
+"""A writer's session that waits this long for its own next statement inside a transaction
+is ended by the server, and the chain's lock with it: a writer frozen or cut off while it
+held the lock (its server lost) holds up the other writers this long, not until TCP gives
+up on it. An append waits on its client for milliseconds between statements."""
 # store_db.py's SQLite schema in PostgreSQL's types, plus the images and the chain's lock.
 _TABLES = f"""
 CREATE SCHEMA IF NOT EXISTS {SCHEMA};
@@ -77,6 +82,8 @@ class PgAuditDb:
         :class:`runtime.pg.DatabaseUnavailable` if the server cannot be reached."""
         conn = pg.connect(url, wait_s, waiting)
         try:
+            conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"
+                         .encode())
             pg.set_up(conn, _LOCK, _TABLES)
         except psycopg.Error as exc:  # e.g. no right to create the schema: said, not a trace
             conn.close()

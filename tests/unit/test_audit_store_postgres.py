@@ -159,3 +159,31 @@ def test_two_processes_appending_at_once_make_one_chain(pg_url: str, tmp_path: P
     # Interleaved: the two writers really appended at the same time.
     order = [i.split(":")[0] for i in ids if not i.startswith("both")]
     assert sum(1 for a, b in itertools.pairwise(order) if a != b) > 1
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from actors.audit_log.pg_store import PgAuditDb
+
+db = PgAuditDb.connect(sys.argv[1])
+with db.appending():  # the chain's lock, then silence: a writer frozen or cut off
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_writer_silent_while_it_holds_the_chain_lock_loses_it(store: AuditStore,
+                                                                pg_url: str) -> None:
+    """The other writers wait IDLE_IN_TRANSACTION_S for it, not until TCP gives up."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, pg_url], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"holding\n"
+        done = store_records(store, [rec(1)], now=5000.0)  # waits, then goes on
+        assert done.outcomes == ["stored"]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert walk(pg_url).intact

@@ -15,6 +15,10 @@ The same guarantees as on SQLite (docs/durability.md, "The audit trail on Postgr
   COMMITTED, its next statements see it.
 - The screenshots are in the database (``images``, bytea), written in the append's own
   transaction: a server that dies takes no evidence with it (its disk held none).
+- A writer that falls silent while it holds the lock (frozen, or its server cut off) loses
+  it after :data:`IDLE_IN_TRANSACTION_S` (the server ends its session), and finds a server
+  cut off from it within seconds (:data:`runtime.pg.KEEPALIVES`): the other server's
+  appends wait that long at most, not TCP's hours.
 
 A connection lost while in use is reported to ``on_lost`` (the actor stops; the record's
 sender sends it again, stored once).

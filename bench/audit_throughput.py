@@ -8,6 +8,10 @@ acknowledgement only comes after the fsync'ed commit (WAL, synchronous=FULL). Re
 encoded before the clock starts. Runs: one sender unbatched and batched; ``--senders``
 senders at once (one per replay); the same with a screenshot in one record out of three.
 
+``--postgresql``: the actor keeps the trail in PostgreSQL (``LEA_DATABASE_URL``: a throwaway
+server of Debian's binaries on this machine's disk, or ``--database-url``); the floors stay
+the same, for the comparison.
+
 Two floors, measured in the same run: SQLite, raw (same schema shape, same durability, one
 commit per batch of the same size, the same screenshot files written + fsync'ed + renamed),
 no broker, no validation, no hashing; and echo, the same requests from the same senders

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             restarts, takeovers = takeover(t, args.takeovers)
         print(f"two dispatchers on PostgreSQL, kill -9 of the leader, {args.takeovers} times "
               "(until a ping of the dispatcher service is answered):")
-        print(kit.row("floor: alone, restarted by the supervisor", restarts))
+        print(kit.row("floor: restarted by the supervisor", restarts))
         print(kit.row("the standby takes over", takeovers))
     return 0
 

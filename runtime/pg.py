@@ -21,6 +21,11 @@ start grace, so a server restarting is waited for, one that stays down is left t
 restart policy."""
 _CONNECT_TIMEOUT_S = 2  # one attempt (libpq's connect_timeout: 2 s at least)
 _RETRY_S = 0.25
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+              "keepalives_count": 3, "tcp_user_timeout": 10_000}
+"""libpq's TCP options, unless the URL sets its own: a server cut off from us is found dead
+within seconds, not TCP's hours (the connection is then lost: the process stops and its
+supervisor restarts it)."""
 
 
 class DatabaseUnavailable(ConnectionError):
@@ -44,12 +49,12 @@ def connect(url: str, wait_s: float = CONNECT_WAIT_S,
     """An autocommit connection to ``url`` whose COMMITs return once durable
     (``synchronous_commit = on``, whatever the server's default), retrying for ``wait_s``
     and calling ``waiting`` between tries; :class:`DatabaseUnavailable` if it cannot."""
-    extra: dict[str, Any] = {}
     try:
-        if "connect_timeout" not in conninfo_to_dict(url):
-            extra["connect_timeout"] = _CONNECT_TIMEOUT_S
+        given = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise DatabaseUnavailable(f"LEA_DATABASE_URL is not a database URL: {exc}") from None
+    extra: dict[str, Any] = {k: v for k, v in (
+        ("connect_timeout", _CONNECT_TIMEOUT_S), *KEEPALIVES.items()) if k not in given}
     deadline = time.monotonic() + wait_s
     while True:
         try:

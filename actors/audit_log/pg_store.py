@@ -15,6 +15,11 @@ The same guarantees as on SQLite (docs/durability.md, "The audit trail on Postgr
   COMMITTED, its next statements see it.
 - The screenshots are in the database (``images``, bytea), written in the append's own
   transaction: a server that dies takes no evidence with it (its disk held none).
+- A writer that falls silent while it holds the lock (frozen, or its server cut off) loses
+  it after :data:`IDLE_IN_TRANSACTION_S` (the server ends its session), and finds a server
+  cut off from it within seconds (:data:`runtime.pg.KEEPALIVES`): the other server's
+  appends are refused meanwhile (each waits :data:`LOCK_WAIT_S` at most, then its sender
+  sends it again), not for TCP's hours.
 
 A connection lost while in use is reported to ``on_lost`` (the actor stops; the record's
 sender sends it again, stored once).
@@ -33,6 +38,15 @@ from runtime import pg
 
 SCHEMA = "audit"
 _LOCK = "lea.audit.schema"
+IDLE_IN_TRANSACTION_S = 10
+"""A writer's session that waits this long for its own next statement inside a transaction
+is ended by the server, and the chain's lock with it: a writer frozen or cut off while it
+held the lock (its server lost) holds up the other writers this long, not until TCP gives
+up on it. An append waits on its client for milliseconds between statements."""
+LOCK_WAIT_S = 1.5
+"""How long a write transaction waits for the chain's lock before it is refused (the append
+fails, its sender sends it again): the actor's loop, which beats its liveness beacon, is
+never held longer (stores.py makes it half of ``LEA_BEACON_TIMEOUT_S``)."""
 # store_db.py's SQLite schema in PostgreSQL's types, plus the images and the chain's lock.
 _TABLES = f"""
 CREATE SCHEMA IF NOT EXISTS {SCHEMA};
@@ -72,11 +86,15 @@ class PgAuditDb:
     @classmethod
     def connect(cls, url: str, on_lost: pg.OnLost | None = None,
                 wait_s: float = pg.CONNECT_WAIT_S,
-                waiting: Callable[[], None] = lambda: None) -> PgAuditDb:
+                waiting: Callable[[], None] = lambda: None,
+                lock_wait_s: float = LOCK_WAIT_S) -> PgAuditDb:
         """The trail at ``url``, its tables created if absent (the actor's); raises
         :class:`runtime.pg.DatabaseUnavailable` if the server cannot be reached."""
         conn = pg.connect(url, wait_s, waiting)
         try:
+            conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"
+                         .encode())
+            conn.execute(f"SET lock_timeout = '{max(1, round(lock_wait_s * 1000))}ms'".encode())
             pg.set_up(conn, _LOCK, _TABLES)
         except psycopg.Error as exc:  # e.g. no right to create the schema: said, not a trace
             conn.close()

@@ -362,6 +362,9 @@ class AuditStore:
         chain's lock: another writer (PostgreSQL) cannot reference one of them again
         between the choice and the deletion."""
         removed = freed = 0
+        if self._db.execute("SELECT 1 FROM screenshots WHERE pruned_at IS NOT NULL AND "
+                            "removed = 0 LIMIT 1").fetchone() is None:
+            return 0, 0  # (the usual start: no lock taken)
         with self._db.appending():
             db = self._db
             digests = [d for (d,) in db.execute(

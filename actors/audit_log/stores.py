@@ -24,7 +24,8 @@ def open_store(settings: Settings,
 
     # The wait for the server is bounded and beats (runtime/liveness.py): the supervisor
     # sees an actor waiting, not a hung one.
-    db = PgAuditDb.connect(settings.database_url, on_lost, waiting=Beacon.from_env().beat)
+    db = PgAuditDb.connect(settings.database_url, on_lost, waiting=Beacon.from_env().beat,
+                           lock_wait_s=settings.beacon_timeout_s / 2)
     try:
         return AuditStore(settings.data_dir, db)
     except BaseException:

@@ -37,7 +37,7 @@ from actors.dispatcher.role import (
     Role,
     after_try,
     broker_said,
-    broker_serves,
+    brokers_serve,
     decide,
 )
 from actors.dispatcher.store_db import StoreDb
@@ -65,10 +65,15 @@ STEPPED_DOWN_EXIT = 3
 """Exit status of a leader that stepped down: the supervisor starts it again, a standby."""
 
 
+SILENT_MIN_S = 5.0
+"""The least silence of its broker a leader waits out: a broker slow for a moment (a loaded
+host) must not cost a restart of the dispatcher."""
+
+
 def silent_s(settings: Settings) -> float:
     """How long a leader's broker may say nothing before the leader steps down: twice the
-    time its workers take to give the broker up."""
-    return 2 * settings.heartbeat_expiry_s
+    time its workers take to give the broker up, :data:`SILENT_MIN_S` at least."""
+    return max(2 * settings.heartbeat_expiry_s, SILENT_MIN_S)
 
 
 def try_lock(db: StoreDb) -> bool:
@@ -128,6 +133,39 @@ class BrokerWatch:
         self.socket.close(0)
 
 
+class Brokers:
+    """A :class:`BrokerWatch` for each door the dispatcher's workers may use
+    (``tree_mdp_endpoints``: its tree's, and with a pair on one host the other broker's)."""
+
+    def __init__(self, ctx: zmq.Context[Any], settings: Settings) -> None:
+        self.watches = [BrokerWatch(ctx, door) for door in settings.tree_mdp_endpoints]
+
+    def attach(self, loop: PollLoop, then: Callable[[], None] = lambda: None) -> None:
+        """Poll the watches in ``loop``; ``then()`` after each answer."""
+        def answered(_ready: object) -> None:
+            for watch in self.watches:
+                watch.drain()
+            then()
+
+        loop.watch(lambda: [w.socket for w in self.watches], answered)
+        for watch in self.watches:
+            loop.add(watch)
+
+    def serve(self, now: float, within_s: float) -> bool | None:
+        """role.brokers_serve of their last answers."""
+        return brokers_serve([w.said for w in self.watches], now, within_s)
+
+    @property
+    def said(self) -> BrokerSaid | None:
+        """The answer to tell: of a broker that serves, else of the tree's own."""
+        saids = [w.said for w in self.watches]
+        return next((s for s in saids if s is not None and s.serves), saids[0])
+
+    def close(self) -> None:
+        for watch in self.watches:
+            watch.close()
+
+
 def tell_role(publish: Callable[..., None], role: Role, said: BrokerSaid | None) -> None:
     """``lea:dispatcher_role``: this dispatcher's role, who it is, what its broker said."""
     publish(DISPATCHER_ROLE, role=role.value, pid=os.getpid(), host=socket.gethostname(),
@@ -139,7 +177,7 @@ def wait_to_lead(settings: Settings, db: StoreDb) -> None:
     signal meanwhile ends the process (exit 0): nothing was decided."""
     ctx: zmq.Context[Any] = zmq.Context()
     loop = PollLoop("dispatcher")
-    watch = BrokerWatch(ctx, settings.tree_mdp_endpoint)
+    brokers = Brokers(ctx, settings)
     bus = Publisher(ctx, settings.bus_in_endpoint, source="dispatcher")
     timers = Timers("dispatcher")
     led = False
@@ -152,25 +190,21 @@ def wait_to_lead(settings: Settings, db: StoreDb) -> None:
             logger.info("dispatcher: standby (another dispatcher leads, or our broker does "
                         "not serve): trying the leader's lock every {}s while our broker "
                         "serves", TRY_EVERY_S)
-        tell_role(bus.publish, Role.STANDBY, watch.said)
+        tell_role(bus.publish, Role.STANDBY, brokers.said)
 
     def look(now: float) -> None:
         nonlocal led
         if led:
             return
-        if decide(Role.STANDBY, broker_serves(watch.said, now, FRESH_S)) is Do.TRY_LOCK:
+        if decide(Role.STANDBY, brokers.serve(now, FRESH_S)) is Do.TRY_LOCK:
             led = after_try(try_lock(db))[1] is Do.LEAD
             if led:
                 loop.stop()
             elif not said_standby:
                 standby()
 
-    def answered(_ready: object) -> None:
-        watch.drain()
-        look(time.monotonic())  # at once: a lone dispatcher leads without a wait
-
-    loop.watch(lambda: (watch.socket,), answered)
-    loop.add(watch)
+    # An answer is looked at when it comes: a lone dispatcher leads at once.
+    brokers.attach(loop, lambda: look(time.monotonic()))
     loop.add(timers)
     timers.every(TRY_EVERY_S, look)
     timers.every(ROLE_EVERY_S, lambda _now: standby())
@@ -178,7 +212,7 @@ def wait_to_lead(settings: Settings, db: StoreDb) -> None:
         with loop.signals():
             loop.run()
     finally:
-        watch.close()
+        brokers.close()
         bus.close()
         ctx.term()
     if not led:
@@ -193,13 +227,12 @@ class Leadership:
     :data:`STEPPED_DOWN_EXIT`, which releases the lock."""
 
     def __init__(self, settings: Settings, actor: Actor) -> None:
-        self.watch = BrokerWatch(actor.ctx, settings.tree_mdp_endpoint)
+        self.brokers = Brokers(actor.ctx, settings)
         self.role = Role.LEADER
         self._actor = actor
         self._silent_s = silent_s(settings)
-        self._since = time.monotonic()  # the silence allowed counts from the start
-        actor.poll_loop.watch(lambda: (self.watch.socket,), lambda _ready: self.watch.drain())
-        actor.poll_loop.add(self.watch)
+        self._since = time.monotonic()
+        self.brokers.attach(actor.poll_loop)
         actor.every(TRY_EVERY_S, self.check)
         actor.every(ROLE_EVERY_S, lambda _now: self.tell())
 
@@ -208,16 +241,18 @@ class Leadership:
         return self.role is not Role.LEADER
 
     def tell(self) -> None:
-        tell_role(self._actor.publish, self.role, self.watch.said)
+        tell_role(self._actor.publish, self.role, self.brokers.said)
 
     def check(self, now: float) -> None:
         """Step down if our broker no longer serves."""
-        said = self.watch.said
-        if self.stepped_down or (said is None and now - self._since <= self._silent_s):
+        if self.stepped_down:
             return
-        serves = broker_serves(said, now, self._silent_s)
+        serves = self.brokers.serve(now, self._silent_s)
+        if serves is None and now - self._since <= self._silent_s:
+            return  # not heard yet since we lead: the silence allowed counts from then
         if decide(Role.LEADER, serves) is Do.STEP_DOWN:
             self.role = Role.STANDBY
+            said = self.brokers.said
             why = "is silent" if said is None or serves is None else f"is {said.state}"
             logger.warning("dispatcher: stepping down: our broker {}; giving the leader's "
                            "lock back (exit {})", why, STEPPED_DOWN_EXIT)
@@ -225,4 +260,4 @@ class Leadership:
             self._actor.stop()
 
     def close(self) -> None:
-        self.watch.close()
+        self.brokers.close()

@@ -5,9 +5,10 @@ Nothing here opens a socket, reads a clock or asks the database: the election
 (election.py) passes in what its broker last said of itself and when, and what the lock
 said, and applies what it gets back. The rules:
 
-- only the dispatcher whose own broker serves competes for the lock (a lone broker, or the
-  active one of a pair): else a dispatcher could hold the lock on a server whose broker is
-  passive while the other server's broker serves, and nothing would run;
+- only a dispatcher whose own broker serves competes for the lock (a lone broker, or the
+  active one of a pair; with a pair on one host, either door its workers may use): else a
+  dispatcher could hold the lock on a server whose broker is passive while the other
+  server's broker serves, and nothing would run;
 - a standby whose broker serves tries the lock; it leads once it holds it;
 - a leader whose broker stops serving (it says so: passive, or a pair still deciding), or
   has been silent for longer than ``silent_s``, steps down: it releases the lock (the
@@ -17,6 +18,7 @@ said, and applies what it gets back. The rules:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -69,12 +71,16 @@ def broker_said(answer: list[bytes], now: float) -> BrokerSaid | None:
     return BrokerSaid(role[:32], state[:32], now)
 
 
-def broker_serves(said: BrokerSaid | None, now: float, silent_s: float) -> bool | None:
-    """True if our broker serves, False if it said it does not, None if it has said nothing
-    for ``silent_s`` (or never)."""
-    if said is None or now - said.at > silent_s:
+def brokers_serve(saids: Iterable[BrokerSaid | None], now: float,
+                  silent_s: float) -> bool | None:
+    """Whether one of our brokers serves: True if one said so, False if those that spoke
+    within ``silent_s`` all said they do not, None if none has said anything for ``silent_s``
+    (or ever). Our brokers: the doors the dispatcher's workers may use (its tree's, and with
+    a pair on one host the other's, ``LEA_TREE_BACKUP_ENDPOINT``)."""
+    fresh = [said for said in saids if said is not None and now - said.at <= silent_s]
+    if not fresh:
         return None
-    return said.serves
+    return any(said.serves for said in fresh)
 
 
 def decide(role: Role, serves: bool | None) -> Do:

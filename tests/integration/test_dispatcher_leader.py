@@ -36,7 +36,7 @@ def child(system: System) -> int | None:
 
 def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, pg_url: str) -> None:
-    system = System(spawn, lea_env, tmp_path, {"LEA_DATABASE_URL": pg_url})
+    system = System(spawn, lea_env, tmp_path, {"LEA_DATABASE_URL": pg_url}, ready_timeout=90)
     bus = Bus(system.env)
     try:
         leader = system.child_pid("dispatcher")
@@ -45,7 +45,7 @@ def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
         # The second is a standby: it says so, and only the leader serves the service.
         bus.wait_for(ROLE, role="standby", pid=second.pid, timeout=30)
         assert answering(system) == Counter({leader: 24})
-        assert bus.events(ROLE, role="leader", pid=leader)  # the leader says it too
+        bus.wait_for(ROLE, role="leader", pid=leader, timeout=30)  # the leader says it too
 
         agents = [system.agent(f"h{n}", {"default": {"delay_s": 0.2}}) for n in range(10)]
         for agent in agents:

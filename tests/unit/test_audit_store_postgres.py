@@ -117,6 +117,7 @@ def test_tampering_is_found_and_named(store: AuditStore, pg_url: str, tmp_path: 
 BATCHES = 60
 _WRITER = f"""
 import sys, time
+import psycopg
 from pathlib import Path
 from actors.audit_log.pg_store import PgAuditDb
 from actors.audit_log.store import AuditStore
@@ -131,7 +132,12 @@ for b in range({BATCHES}):
     # Its own records, and a batch both writers send (stored once between them).
     mine = [rec(b * 10 + i, replay=name) for i in range(10)]
     shared = [rec(b, replay="both", screenshots={{"s": b"img-%d" % b}})]
-    store_records(store, mine + shared, now=time.time())
+    while True:  # as a sender: again when the lock was not had in time (a busy machine)
+        try:
+            store_records(store, mine + shared, now=time.time())
+            break
+        except psycopg.errors.LockNotAvailable:
+            pass
 store.close()
 """
 
@@ -159,3 +165,39 @@ def test_two_processes_appending_at_once_make_one_chain(pg_url: str, tmp_path: P
     # Interleaved: the two writers really appended at the same time.
     order = [i.split(":")[0] for i in ids if not i.startswith("both")]
     assert sum(1 for a, b in itertools.pairwise(order) if a != b) > 1
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from actors.audit_log.pg_store import PgAuditDb
+
+db = PgAuditDb.connect(sys.argv[1])
+with db.appending():  # the chain's lock, then silence: a writer frozen or cut off
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_writer_silent_while_it_holds_the_chain_lock_loses_it(store: AuditStore,
+                                                                pg_url: str) -> None:
+    """The others are refused (each append waits LOCK_WAIT_S at most: the actor's loop goes
+    on) until the server ends the silent one's session, IDLE_IN_TRANSACTION_S later; not
+    until TCP gives up on it."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, pg_url], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE)
+    refused = 0
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"holding\n"
+        while True:  # as the sender: again after a refusal
+            try:
+                done = store_records(store, [rec(1)], now=5000.0)
+                break
+            except psycopg.errors.LockNotAvailable:
+                refused += 1
+        assert done.outcomes == ["stored"] and refused >= 1
+    finally:
+        holder.kill()
+        holder.wait()
+    assert walk(pg_url).intact

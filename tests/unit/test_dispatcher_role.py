@@ -1,21 +1,25 @@
 """The role of a dispatcher sharing PostgreSQL (actors/dispatcher/role.py): who competes for
-the leader's lock, when a leader steps down, and how a broker's ``mmi.broker`` answer is
-read. A standby must never try the lock while its broker does not serve (it would lead on a
-server nothing reaches); a leader must give it back as soon as its broker stops serving."""
+the leader's lock, when a leader steps down, how a broker's ``mmi.broker`` answer is read;
+and the lock itself on a real server (election.py). A standby must never try the lock while
+its broker does not serve (it would lead on a server nothing reaches); a leader must give
+it back as soon as its broker stops serving."""
 
 from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 
+from actors.dispatcher.election import try_lock
+from actors.dispatcher.pg_store import PgDb
 from actors.dispatcher.role import (
     BrokerSaid,
     Do,
     Role,
     after_try,
     broker_said,
-    broker_serves,
+    brokers_serve,
     decide,
 )
 
@@ -50,10 +54,20 @@ def test_an_unreadable_answer_says_nothing(frames: list[bytes]) -> None:
 
 def test_an_answer_older_than_the_silence_allowed_says_nothing() -> None:
     said = BrokerSaid("alone", "active", 10.0)
-    assert broker_serves(said, 12.0, 2.0) is True
-    assert broker_serves(said, 12.5, 2.0) is None
-    assert broker_serves(None, 0.0, 2.0) is None
-    assert broker_serves(BrokerSaid("backup", "passive", 10.0), 10.5, 2.0) is False
+    assert brokers_serve([said], 12.0, 2.0) is True
+    assert brokers_serve([said], 12.5, 2.0) is None
+    assert brokers_serve([None], 0.0, 2.0) is None
+    assert brokers_serve([], 0.0, 2.0) is None
+    assert brokers_serve([BrokerSaid("backup", "passive", 10.0)], 10.5, 2.0) is False
+
+
+def test_with_a_pair_on_one_host_either_door_serving_is_enough() -> None:
+    """The tree's door and the other broker's (``LEA_TREE_BACKUP_ENDPOINT``): the
+    dispatcher's workers go to the one that serves."""
+    passive, active = BrokerSaid("primary", "passive", 10.0), BrokerSaid("backup", "active", 9.0)
+    assert brokers_serve([passive, active], 10.5, 2.0) is True
+    assert brokers_serve([passive, None], 10.5, 2.0) is False
+    assert brokers_serve([passive, active], 11.5, 2.0) is False  # the active one fell silent
 
 
 def test_a_standby_tries_the_lock_only_while_its_broker_serves() -> None:
@@ -71,3 +85,26 @@ def test_a_leader_steps_down_when_its_broker_stops_serving_or_falls_silent() -> 
     assert decide(L, True) is Do.WAIT
     assert decide(L, False) is Do.STEP_DOWN
     assert decide(L, None) is Do.STEP_DOWN
+
+
+def test_the_lock_is_held_by_one_session_and_ends_with_it(pg_url: str) -> None:
+    """The fence, on a real server: one session holds the leader's lock, others are refused
+    it; when the leader's session ends (the server drops it, as for a host cut off) its
+    commits fail and another takes the lock."""
+    lost: list[BaseException] = []
+    leader = PgDb.connect(pg_url, on_lost=lost.append)
+    standby = PgDb.connect(pg_url)
+    assert try_lock(leader) is True
+    assert try_lock(standby) is False
+    assert try_lock(standby) is False
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks "
+                      "WHERE locktype = 'advisory' AND granted")
+    with pytest.raises(psycopg.OperationalError):
+        leader.begin()
+        leader.execute("INSERT INTO meta VALUES ('deposed', 'x')")
+        leader.commit()
+    assert len(lost) == 1
+    assert try_lock(standby) is True
+    assert standby.execute("SELECT count(*) FROM meta WHERE key = 'deposed'").fetchone()[0] == 0
+    standby.close()

@@ -253,7 +253,8 @@ class Leadership:
         if decide(Role.LEADER, serves) is Do.STEP_DOWN:
             self.role = Role.STANDBY
             said = self.brokers.said
-            why = "is silent" if said is None or serves is None else f"is {said.state}"
+            why = ("is silent" if said is None or serves is None
+                   else f"says {said.state}, not active")
             logger.warning("dispatcher: stepping down: our broker {}; giving the leader's "
                            "lock back (exit {})", why, STEPPED_DOWN_EXIT)
             self.tell()

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from cli.ping import service_pid
 from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.broker_pair import pair_env
 from tests.integration.system import System, clicks, workflow
+from tests.integration.test_dispatcher_postgres import tree_log
 from tests.integration.transport_checks import Bus, assert_client_invariants, wait_ready
+from transport.client import SyncClient
 
 ROLE = "lea:dispatcher_role"
 STEPS = 8
@@ -60,10 +64,13 @@ def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
         wait_until(lambda: system.pid("dispatcher") == second.pid, timeout=30)
         bus.wait_for(ROLE, role="leader", pid=second.pid, timeout=30)
         # ... and every replay completes, every input exactly once on its agent.
-        for rid, agent in zip(rids, agents, strict=True):
+        resent = 0
+        for rid, agent, then in zip(rids, agents, before, strict=True):
             summary = system.wait_status(rid, "completed", timeout=90)
             assert summary.completed_actions == STEPS
             assert_client_invariants(system, agent, [f"s{n}" for n in range(STEPS)])
+            resent += summary.counters.get("resent", 0) - then.counters.get("resent", 0)
+        assert resent > 0  # the new leader re-sent what was in flight at the kill
 
         # The killed leader came back, restarted by the supervisor, as a standby.
         back = wait_until(lambda: (pid := child(system)) != leader and pid, timeout=30)
@@ -71,3 +78,33 @@ def test_a_standby_takes_over_when_the_leader_is_killed_mid_replays(
         assert answering(system) == Counter({second.pid: 24})
     finally:
         bus.close()
+
+
+def test_a_leader_whose_broker_turns_passive_steps_down_for_the_other_server(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, pg_url: str) -> None:
+    """Two "servers" on one database: the tree with the primary broker, and a backup broker
+    with a dispatcher of its own; each dispatcher reaches only its own broker's door. kill -9
+    of the primary broker: the supervisor restarts it, the backup takes over, the tree's
+    dispatcher sees its broker no longer serve and steps down (exit 3, back as a standby),
+    and the backup's dispatcher leads."""
+    tree_env, backup_env = pair_env(lea_env, tmp_path)
+    alone = {"LEA_TREE_BACKUP_ENDPOINT": "", "LEA_DATABASE_URL": pg_url}
+    spawn(python_argv("-m", "broker"), env={**backup_env, **alone}, name="broker-b")
+    system = System(spawn, lea_env, tmp_path, {**tree_env, **alone}, ready_timeout=90)
+    bus_b = Bus(backup_env)
+    client_b = SyncClient(backup_env["LEA_MDP_ENDPOINT"])
+    try:
+        second = spawn(python_argv("-m", "actors", "dispatcher"),
+                       env={**backup_env, **alone}, name="dispatcher-b")
+        bus_b.wait_for(ROLE, role="standby", pid=second.pid, broker_state="passive",
+                       timeout=30)
+        system.kill("broker")
+        bus_b.wait_for(ROLE, role="leader", pid=second.pid, timeout=60)
+        wait_until(lambda: service_pid(client_b, "dispatcher") == second.pid, timeout=30)
+        log = wait_until(lambda: "exited with code 3" in (text := tree_log(tmp_path)) and
+                         text, timeout=30)
+        assert "dispatcher: stepping down: our broker says" in str(log)
+        wait_until(lambda: tree_log(tmp_path).count("dispatcher: standby") >= 1, timeout=30)
+    finally:
+        client_b.close()
+        bus_b.close()

@@ -72,8 +72,13 @@ class Cluster:
 
     def start(self) -> None:
         """Start the server (waits until it accepts connections)."""
+        # The keepalives docs/operations.md asks of a server shared by several dispatchers
+        # ("Several dispatchers"): a client cut off loses its session, and its locks, in
+        # seconds.
         options = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=on -c synchronous_commit=on")
+                   "-c fsync=on -c synchronous_commit=on -c tcp_keepalives_idle=5 "
+                   "-c tcp_keepalives_interval=2 -c tcp_keepalives_count=3 "
+                   "-c tcp_user_timeout=10000")
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.log), "-w",
                   "start")
 

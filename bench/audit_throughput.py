@@ -8,6 +8,10 @@ acknowledgement only comes after the fsync'ed commit (WAL, synchronous=FULL). Re
 encoded before the clock starts. Runs: one sender unbatched and batched; ``--senders``
 senders at once (one per replay); the same with a screenshot in one record out of three.
 
+``--postgresql``: the actor keeps the trail in PostgreSQL (``LEA_DATABASE_URL``: a throwaway
+server of Debian's binaries on this machine's disk, or ``--database-url``); the floors stay
+the same, for the comparison.
+
 Two floors, measured in the same run: SQLite, raw (same schema shape, same durability, one
 commit per batch of the same size, the same screenshot files written + fsync'ed + renamed),
 no broker, no validation, no hashing; and echo, the same requests from the same senders
@@ -166,15 +170,17 @@ def floor(tmp: Path, batches: Batches) -> float:
 # Processes -------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def audit_service(keep: bool) -> Iterator[tuple[str, Path, dict[str, int]]]:
-    """A broker and an audit_log actor; (endpoint, tmp dir, pids)."""
+def audit_service(keep: bool, database_url: str = ""
+                  ) -> Iterator[tuple[str, Path, dict[str, int]]]:
+    """A broker and an audit_log actor (its trail in PostgreSQL at ``database_url`` if
+    given); (endpoint, tmp dir, pids)."""
     tmp = Path(tempfile.mkdtemp(prefix="lea-audit-bench-"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     env = dict(os.environ, LEA_MDP_ENDPOINT=endpoint,
                LEA_BUS_IN_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
                LEA_BUS_OUT_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
                LEA_DATA_DIR=str(tmp / "var"), LEA_LOG_LEVEL="WARNING",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), LEA_DATABASE_URL=database_url)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, argv in (("broker", ["-m", "broker"]),
@@ -225,6 +231,10 @@ def main() -> int:
                         help="batch size of each of the concurrent senders")
     parser.add_argument("--shot-kb", type=int, default=30, help="screenshot size (KiB)")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--postgresql", action="store_true",
+                        help="the trail in PostgreSQL (LEA_DATABASE_URL): a throwaway server "
+                        "of Debian's binaries, or --database-url")
+    parser.add_argument("--database-url", default="", help="with --postgresql: this database")
     args = parser.parse_args()
     quiet_logs()
     scenarios = [
@@ -236,11 +246,19 @@ def main() -> int:
                  f"{args.shot_kb} KiB screenshot", args.senders, args.concurrent_batch,
                  args.records // 5, shot_every=3),
     ]
-    print("audit_log: records/s durably stored (ack after the fsync'ed commit)")
+    where = "PostgreSQL" if args.postgresql else "SQLite"
+    print(f"audit_log, trail in {where}: records/s durably stored (ack after the durable "
+          "commit)")
     print(f"  {'run':<58} {'ours':>8} {'SQLite':>8} {'ratio':>6} {'echo':>8} {'ratio':>6}"
           "  actor CPU/record")
     results: dict[Scenario, float] = {}
-    with audit_service(args.keep) as (endpoint, tmp, pids):
+    with contextlib.ExitStack() as stack:
+        url = ""
+        if args.postgresql:
+            from store_backends import postgres
+
+            url = stack.enter_context(postgres(args.database_url))
+        endpoint, tmp, pids = stack.enter_context(audit_service(args.keep, url))
         meter = CpuMeter(pids)
         stored = 0
         for n, s in enumerate(scenarios):

@@ -20,7 +20,14 @@ time where the guide would let two serve:
 - two active brokers (a healed partition) are resolved, not fatal: the backup steps down and
   forgets its workers and queues; two passive ones: the primary takes over;
 - a peer broker claiming our own role is a configuration error: we never serve while we hear
-  it (two primaries would each take the other for a backup).
+  it (two primaries would each take the other for a backup);
+- an active broker that has heard neither its peer broker nor any peer for the expiry is cut
+  off (its server's link is down): it steps down, so that when the link comes back it finds
+  the other serving and stays passive, instead of two active brokers; the first peer that
+  comes back to it gives its peer broker a whole expiry to be heard (the peer's message may
+  arrive before the peer broker's state) before it may serve again. Peers of its own host
+  (its tree's processes, through the tree's door) do not count, for this nor for a takeover:
+  they reach it whatever the network does.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class Pair:
     heard_at: float = float("-inf")
     came_at: float = float("-inf")
     peer_state: State | None = None
+    cut_off: bool = False  # stepped down cut off; no peer broker nor peer heard since
 
     @property
     def serving(self) -> bool:
@@ -107,7 +115,8 @@ def _to(pair: Pair, state: State, why: str, *effects: Outcome) -> Step:
 
 def on_peer(pair: Pair, peer_role: Role, peer_state: State, now: float) -> Step:
     """The peer broker said it is ``peer_state`` (its role ``peer_role``)."""
-    pair = replace(pair, heard_at=now, peer_expiry=now + pair.expiry_s, peer_state=peer_state)
+    pair = replace(pair, heard_at=now, peer_expiry=now + pair.expiry_s, peer_state=peer_state,
+                   cut_off=False)
     if peer_role is pair.role:
         note = Note("misconfigured", f"the peer broker is also {pair.role}: neither serves "
                     "until one is configured as the other role")
@@ -148,9 +157,19 @@ def _lost(pair: Pair, now: float) -> bool:
     return now >= pair.peer_expiry and pair.came_at > pair.heard_at
 
 
-def on_request(pair: Pair, now: float) -> Step:
-    """A peer (client or worker) sent an MDP message (not ``mmi.*``) to this broker."""
-    pair = replace(pair, came_at=now)
+def on_request(pair: Pair, now: float, counts: bool = True) -> Step:
+    """A peer (client or worker) sent an MDP message (not ``mmi.*``) to this broker.
+
+    ``counts`` False: a process of this broker's own host (its tree's, through the tree's
+    door): it says nothing of whether the other server can be reached, so it never makes
+    this broker take over, nor keeps it serving when it is cut off."""
+    if counts and pair.cut_off:
+        # Back on the network: the peer broker's state may come a little after the first
+        # peer; give it a whole expiry to be heard before this broker may serve again.
+        pair = replace(pair, cut_off=False,
+                       peer_expiry=max(pair.peer_expiry, now + pair.expiry_s))
+    if counts:
+        pair = replace(pair, came_at=now)
     state = pair.state
     if state is State.ACTIVE:
         return pair, (Effect.SERVE,)
@@ -164,11 +183,21 @@ def on_request(pair: Pair, now: float) -> Step:
 
 def on_tick(pair: Pair, now: float) -> Step:
     """Time passed: a primary or passive broker holding a peer takes over once its peer broker
-    is lost."""
+    is lost; an active broker that has heard neither its peer broker nor any peer for the
+    expiry is cut off, and steps down (module docstring)."""
     if pair.state in (State.PRIMARY, State.PASSIVE) and _lost(pair, now):
         return _to(pair, State.ACTIVE, "the peer broker was lost and a peer came",
                    Effect.SERVE_HELD)
+    if pair.state is State.ACTIVE and _cut_off(pair, now):
+        # The peers it had are gone: only one that comes from now on makes it serve again.
+        return _to(replace(pair, came_at=float("-inf"), cut_off=True), State.PASSIVE,
+                   "cut off: neither the peer broker nor any peer heard for the expiry",
+                   Effect.FORGET)
     return pair, ()
+
+
+def _cut_off(pair: Pair, now: float) -> bool:
+    return now >= pair.peer_expiry and now >= pair.came_at + pair.expiry_s
 
 
 def describe(pair: Pair, now: float) -> dict[str, object]:

@@ -37,14 +37,16 @@ from broker.binary_star import (
     on_tick,
     start,
 )
+from broker.tree_door import TREE_USER_ID
 from runtime.settings import Settings
-from transport.frames import recv_frames, send_frames
+from transport.frames import recv_frames, send_frames, user_id
 from transport.mdp import CLIENT, MMI_PREFIX, W_DISCONNECT, WORKER
 
 WIRE = b"lea-bstar/1"
 MAX_HELD = 10_000  # messages held while the pair decides; more are turned away
 MAX_HELD_BYTES = 64 * 1024 * 1024
 STATE_BATCH = 100  # state messages read per look (a flood waits)
+MAX_PEERS = 100_000  # connections remembered as counting or not (PairLink._counts)
 
 Message = tuple[list[bytes], zmq.Frame | None]  # frames as the ROUTER gave them, first frame
 Serve = Callable[[list[bytes], "zmq.Frame | None"], None]
@@ -95,11 +97,19 @@ class PairLink:
         self.sub: zmq.Socket[bytes] = ctx.socket(zmq.SUB)
         self.stats = dict.fromkeys(("held", "refused", "peer_bad"), 0)
         self.touched = False  # something was sent on the ROUTER (broker.py looks again)
+        self._peers: dict[bytes, bool] = {}  # routing id -> counts for the pair (_counts)
 
     def open(self, bind: Callable[[zmq.Socket[bytes], str], None]) -> None:
+        interval_ms = self.settings.heartbeat_interval_ms
         for sock in (self.pub, self.sub):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.CONFLATE, 1)  # only the latest state matters
+            # ZMTP heartbeats: a connection through a link that went down is given up at the
+            # expiry and made again, so that when the link is back the peer's state comes
+            # within a heartbeat (a TCP connection left as it was would wait for TCP's next
+            # retransmission, seconds later, while the peers already came back).
+            sock.setsockopt(zmq.HEARTBEAT_IVL, interval_ms)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, interval_ms * self.settings.heartbeat_liveness)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.setsockopt(zmq.MAXMSGSIZE, 256)
         bind(self.pub, self.settings.broker_state_endpoint)
@@ -116,8 +126,20 @@ class PairLink:
         if (len(frames) > 3 and frames[1] == CLIENT and frames[3].startswith(MMI_PREFIX)):
             self.serve(frames, first)  # answered in every state (module docstring)
             return
-        self.pair, out = on_request(self.pair, now)
+        self.pair, out = on_request(self.pair, now, self._counts(frames[0], first))
         self._apply(out, (frames, first))
+
+    def _counts(self, identity: bytes, first: zmq.Frame | None) -> bool:
+        """Whether a peer counts for the pair's decisions: not one of the tree's own
+        processes (through the tree's door, binary_star.on_request). Asked once per
+        connection (a frame without a User-Id costs an exception)."""
+        counts = self._peers.get(identity)
+        if counts is None:
+            if len(self._peers) >= MAX_PEERS:
+                self._peers.clear()  # gone peers' identities; the live ones are asked again
+            counts = first is None or user_id(first) != TREE_USER_ID
+            self._peers[identity] = counts
+        return counts
 
     def drain_state(self) -> bool:
         """Read the peer broker's state messages; True if more may wait."""

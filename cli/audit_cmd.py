@@ -6,11 +6,12 @@ Where each command gets its data, and why:
   (``audit.query`` / ``audit.prune_screenshots``): the actor owns its database
   (docs/architecture.md), the commands then work from any machine that reaches the broker, and a
   prune (a write) has a single writer.
-- ``verify`` reads the database file itself, read-only, in one read transaction (a
-  consistent snapshot while the actor keeps appending). It is the auditor's offline tool:
-  it must work with the tree stopped, on a copy of the data directory, and must not take
-  the word of the very process whose output it checks. Reading a file read-only writes
-  nothing, so the actor remains its only writer.
+- ``verify`` reads the database itself (the file, or PostgreSQL with
+  ``LEA_DATABASE_URL``), read-only, in one read transaction (a consistent snapshot while the
+  actor keeps appending). It is the auditor's offline tool: it must work with the tree
+  stopped, on a copy of the data directory (or a restored dump), and must not take the word
+  of the very process whose output it checks. It writes nothing, so the actors remain the
+  only writers.
   ``verify --jsonl FILE`` checks an export instead, with nothing but that file.
 
 Exit codes: 0 fine; 1 the trail is broken (verify) or nothing was found (show); 2 the
@@ -30,8 +31,8 @@ from typing import Any
 
 from actors.audit_log.chain import Anchor, ChainRecord, Verdict, verify
 from actors.audit_log.evidence import Evidence, FileState
-from actors.audit_log.screenshots import ScreenshotFiles
-from actors.audit_log.store import audit_paths, iter_chain, open_readonly, read_anchor
+from actors.audit_log.store import iter_chain, read_anchor
+from actors.audit_log.stores import open_reader
 from cli.audit_timeline import describe_record, record_json
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut, PruneScreenshots
 from messages.audit import ScreenshotsPruned as Pruned
@@ -225,31 +226,35 @@ def verify_command(settings: Settings, args: argparse.Namespace) -> int:
                     f"against the trail with: audit verify --anchor {first.seq - 1}:"
                     f"{first.prev_hash}")
         return _report(verdict, [], f"export {args.jsonl}", note)
-    db_path, shots_root, anchor_path = audit_paths(settings.data_dir)
-    saved = read_anchor(anchor_path)  # before the snapshot: it can only be behind it
     try:
-        db = open_readonly(db_path)
-    except (FileNotFoundError, OSError) as exc:
-        print(f"error: no audit database at {db_path} ({exc})", file=sys.stderr)
+        db = open_reader(settings)
+    except FileNotFoundError as exc:
+        print(f"error: no audit database: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except OSError as exc:  # unreadable, or PostgreSQL out of reach (DatabaseUnavailable)
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     evidence = Evidence()
-    try:
-        db.execute("BEGIN")
-        verdict = verify(_feeding(iter_chain(db), evidence),
-                         anchors=[*anchors, *([saved] if saved else [])])
-        db.execute("COMMIT")
-    finally:
-        db.close()
     problems: list[str] = []
     note = ""
-    if verdict.intact:
-        files = ScreenshotFiles(shots_root)
-        states: dict[str, FileState] = {d: files.state(d, check_content=not args.no_images)
-                                        for d in evidence.last_ref}
-        problems = [p.describe() for p in evidence.problems(states)]
-        pruned = sum(1 for d, s in states.items() if s == "missing" and evidence.pruned(d))
-        note = f"screenshots: {len(states) - pruned} files checked, {pruned} pruned by retention"
-    return _report(verdict, problems, str(db_path), note)
+    try:
+        # The anchor before the snapshot: it can only be behind it.
+        saved = read_anchor(settings.data_dir / "audit" / db.anchor_name)
+        with db.snapshot():  # one consistent state, the images included
+            verdict = verify(_feeding(iter_chain(db), evidence),
+                             anchors=[*anchors, *([saved] if saved else [])])
+            if verdict.intact:
+                states: dict[str, FileState] = {
+                    d: db.images.state(d, check_content=not args.no_images)
+                    for d in evidence.last_ref}
+                problems = [p.describe() for p in evidence.problems(states)]
+                pruned = sum(1 for d, s in states.items()
+                             if s == "missing" and evidence.pruned(d))
+                note = (f"screenshots: {len(states) - pruned} files checked, {pruned} pruned "
+                        "by retention")
+    finally:
+        db.close()
+    return _report(verdict, problems, db.where, note)
 
 
 def _feeding(rows: Iterator[ChainRecord], evidence: Evidence) -> Iterator[ChainRecord]:

@@ -80,13 +80,15 @@ class ConsoleState:
 
     @classmethod
     def build(cls, settings: Settings) -> ConsoleState:
-        link = BrokerLink(settings.mdp_endpoints)
+        # Through the tree's door, as the actors: a process of this host, which a broker of
+        # a pair does not count as a peer coming (broker/binary_star.py).
+        link = BrokerLink(settings.tree_mdp_endpoints)
         board, hub, trail = Board(), Hub(), TrailCache(link)
         accounts = AccountStore.in_dir(settings.data_dir)
         metrics = Metrics(time.monotonic)
         return cls(settings, link, board, hub,
                    Live(link, board, hub, trail, metrics.on_summaries), trail, accounts,
-                   AuditPump(settings.mdp_endpoints, accounts.path), OncePer(), metrics)
+                   AuditPump(settings.tree_mdp_endpoints, accounts.path), OncePer(), metrics)
 
     def close_local(self) -> None:
         """Close what belongs to the event loop's thread (its SQLite connections); then

@@ -204,6 +204,8 @@ def encode_record(record: AuditRecordIn) -> bytes | AppendProblem:
         return problem("reserved_source", f"source {RESERVED_SOURCE!r} is audit_log's own")
     if not math.isfinite(record.at):
         return problem("invalid_data", f"at: {record.at!r} is not a finite time")
+    if "\x00" in (record.replay_id or ""):  # PostgreSQL text cannot hold it: refused on both
+        return problem("invalid_data", "replay_id contains a NUL character")
     try:
         (record.replay_id or "").encode("utf-8")
         data = canonical_json(record.data)

@@ -60,8 +60,9 @@ class Settings(BaseSettings):
     console_login_window_s: float = Field(900.0, ge=1)
     console_login_max_failures: int = Field(5, ge=1)
     console_login_max_failures_per_address: int = Field(20, ge=1)
-    # The dispatcher's state in PostgreSQL (actors/dispatcher/pg_store.py) instead of its
-    # SQLite file in data_dir; "" = SQLite, the embedded default (docs/operations.md).
+    # The dispatcher's state and the audit trail in PostgreSQL (actors/dispatcher/pg_store.py,
+    # actors/audit_log/pg_store.py) instead of their SQLite files in data_dir; "" = SQLite,
+    # the embedded default (docs/operations.md).
     database_url: str = Field("", pattern=r"^((postgresql|postgres)://.*)?$")
     # A broker pair (docs/operations.md, "A broker pair"; broker/binary_star.py): this
     # broker's role, where it publishes its state and where its peer broker publishes its own.

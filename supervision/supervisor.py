@@ -124,7 +124,9 @@ class Supervisor:
         ctx: zmq.Context[Any] = zmq.Context()
         self._publisher = Publisher(ctx, self.publisher_endpoint, self.source)
         if outbox is not None:
-            self._audit = AuditLink(ctx, self.settings.mdp_endpoints, outbox, self.source)
+            # Through the tree's door: a process of this host, which a broker of a pair
+            # does not count as a peer coming (broker/binary_star.py).
+            self._audit = AuditLink(ctx, self.settings.tree_mdp_endpoints, outbox, self.source)
         previous = signals.install(self._wakeup_w, self._on_stop_signal)
         try:
             return self._run()

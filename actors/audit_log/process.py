@@ -10,6 +10,7 @@ it has answered the last one, so requests never arrive together.)
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from loguru import logger
 from actors.audit_log.chain import ChainRecord
 from actors.audit_log.screenshots import digest_of
 from actors.audit_log.store import AuditStore
+from actors.audit_log.stores import open_store
 from actors.base import Actor, Incoming
 from messages import events
 from messages.audit import (
@@ -40,6 +42,12 @@ from messages.base import Message
 from messages.control import ErrorReply
 from runtime.settings import Settings
 
+DATABASE_LOST_EXIT = 75
+"""Exit status when the database connection is lost (EX_TEMPFAIL): the supervisor restarts
+the actor; the sender of the request in progress sends it again (stored once)."""
+DATABASE_UNAVAILABLE_EXIT = 69
+"""Exit status when the database cannot be reached at start (EX_UNAVAILABLE)."""
+
 
 class AuditLogActor(Actor):
     """Keeps the append-only, hash-chained audit trail."""
@@ -47,8 +55,9 @@ class AuditLogActor(Actor):
     service = "audit_log"
 
     def __init__(self, settings: Settings) -> None:
+        # Before the sockets: a database out of reach ends the process here.
+        self.store = _open_store(settings)
         super().__init__(settings)
-        self.store = AuditStore(settings.data_dir)
         self.handle(AppendRecords, self.on_append)
         self.handle(AuditQuery, self.on_query)
         self.handle(GetAuditHead, self.on_head)
@@ -58,7 +67,7 @@ class AuditLogActor(Actor):
 
     def on_start(self) -> None:
         seq, digest, _at = self.store.head()
-        logger.info("audit_log: {} at seq {} ({})", self.store.path, seq, digest[:16])
+        logger.info("audit_log: {} at seq {} ({})", self.store.where, seq, digest[:16])
 
     def on_stop(self) -> None:
         self.store.close()
@@ -103,7 +112,7 @@ class AuditLogActor(Actor):
     def on_get_screenshot(self, msg: GetScreenshot, _req: Incoming) -> Message:
         """One image by hash, checked against its name (for the supervisor console)."""
         try:
-            image = self.store.files.path(msg.sha256).read_bytes()
+            image = self.store.files.read(msg.sha256)
         except FileNotFoundError:
             state = self.store.screenshot_state({msg.sha256})[msg.sha256]
             return ErrorReply(code="screenshot_not_found", message=(
@@ -132,3 +141,26 @@ def _out(r: ChainRecord, states: Mapping[str, str]) -> AuditRecordOut:
         "screenshot_state": {name: states[d] for name, d in r.screenshots.items()},
         "prev_hash": r.prev_hash, "hash": r.hash}
     return AuditRecordOut.model_validate(fields)
+
+
+def _open_store(settings: Settings) -> AuditStore:
+    """The trail the settings name (stores.py); a database that cannot be reached is said in
+    the log and ends the process (DATABASE_UNAVAILABLE_EXIT): the supervisor's restart policy
+    applies (docs/operations.md)."""
+    if not settings.database_url:
+        return open_store(settings)
+    from runtime.pg import DatabaseUnavailable  # psycopg: only where PostgreSQL is used
+
+    try:
+        return open_store(settings, _database_lost)
+    except DatabaseUnavailable as exc:
+        logger.error("audit_log: {}; exiting ({})", exc, DATABASE_UNAVAILABLE_EXIT)
+        raise SystemExit(DATABASE_UNAVAILABLE_EXIT) from None
+
+
+def _database_lost(exc: BaseException) -> None:
+    """The connection to PostgreSQL is gone mid-request: nothing of it is acknowledged (its
+    COMMIT's outcome may be unknown). Stop at once; restarted, the actor reconnects, and the
+    sender's re-send is stored or found stored (once)."""
+    logger.error("audit_log: lost the database connection ({}); stopping", str(exc).strip())
+    os._exit(DATABASE_LOST_EXIT)

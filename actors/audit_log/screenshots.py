@@ -81,6 +81,10 @@ class ScreenshotFiles:
         if self._pool is not None:
             self._pool.shutdown()
 
+    def read(self, digest: str) -> bytes:
+        """The image; FileNotFoundError if its file is not there."""
+        return self.path(digest).read_bytes()
+
     def remove(self, digest: str) -> int:
         """Delete an image file; the bytes freed (0 if it was not there)."""
         path = self.path(digest)
@@ -93,6 +97,9 @@ class ScreenshotFiles:
 
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()
+
+    def present(self, digests: set[str]) -> set[str]:
+        return {d for d in digests if self.exists(d)}
 
     def state(self, digest: str, check_content: bool = True) -> FileState:
         """``ok``, ``missing``, or ``corrupt`` (the content does not give the name)."""

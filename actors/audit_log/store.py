@@ -1,15 +1,20 @@
-"""The audit trail's SQLite database (``<data_dir>/audit.db``), owned by the audit_log actor.
+"""The audit trail's store, owned by the audit_log actor: the SQL, written once, on an
+:class:`~actors.audit_log.store_db.AuditDb`: SQLite in the data directory (``audit.db``, the
+embedded default) or PostgreSQL (``LEA_DATABASE_URL``, pg_store.py).
 
-Durability: WAL with ``synchronous=FULL``, so COMMIT returns once the WAL is fsync'ed; the
-actor acknowledges a request only after that. Every record of one request is appended in
-one transaction (all or nothing), after the screenshot files it references are on disk.
-The chain is extended inside ``BEGIN IMMEDIATE`` from the head read in that transaction, so
-even two writers on one file could not fork it. ``stored_at`` never goes backwards (a clock
-stepped back keeps the last value), so "stored since T" is always a suffix of the chain.
+Durability: the actor acknowledges a request only once its COMMIT has returned, durable
+(SQLite: WAL with ``synchronous=FULL``; PostgreSQL: ``synchronous_commit = on``). Every
+record of one request is appended in one transaction (all or nothing), after the screenshots
+it references are stored. The chain is extended inside a transaction that holds the chain's
+lock from its start (SQLite ``BEGIN IMMEDIATE``; PostgreSQL the ``chain_lock`` row ``FOR
+UPDATE``), from the head read in that transaction: several writers (two audit_log
+processes on one PostgreSQL database) cannot fork it. ``stored_at`` never goes backwards (a
+clock stepped back keeps the last value), so "stored since T" is always a suffix of the
+chain.
 
-The head (``seq:hash``) is also kept in ``<data_dir>/audit/head.json`` (at most a second
-behind): an anchor outside the database, with which ``audit verify`` notices records cut
-off the end (which a chain alone cannot show).
+The head (``seq:hash``) is also kept in ``<data_dir>/audit/head.json`` (``head.pg.json``
+on PostgreSQL; at most a second behind): an anchor outside the database, with which ``audit
+verify`` notices records cut off the end (which a chain alone cannot show).
 """
 
 from __future__ import annotations
@@ -33,47 +38,21 @@ from actors.audit_log.chain import (
     seal,
 )
 from actors.audit_log.evidence import PRUNE_KIND
-from actors.audit_log.screenshots import ScreenshotFiles, digest_of
+from actors.audit_log.screenshots import digest_of
+from actors.audit_log.store_db import DB_NAME, AuditDb, Reader, SqliteAuditDb, audit_paths
 from messages.audit import RESERVED_SOURCE, AuditRecordIn, ScreenshotState
-from runtime import sqlite_store
 from runtime.durability import fsync_dir, write_atomic
 
-DB_NAME = "audit.db"
+__all__ = ["CONFLICT_KIND", "DB_NAME", "AppendResult", "AuditStore", "PruneResult",
+           "audit_paths", "chain_record", "iter_chain", "open_readonly", "read_anchor"]
+
 CONFLICT_KIND = "record_conflict"
 _COLUMNS = ("seq, record_id, source, kind, replay_id, at, stored_at, data, screenshots, "
             "prev_hash, hash")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY, record_id TEXT NOT NULL UNIQUE, source TEXT NOT NULL,
-    kind TEXT NOT NULL, replay_id TEXT, at REAL NOT NULL, stored_at REAL NOT NULL,
-    data TEXT NOT NULL, screenshots TEXT NOT NULL, prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS records_by_replay ON records (replay_id, seq);
-CREATE INDEX IF NOT EXISTS records_by_stored_at ON records (stored_at);
--- Not part of the chain: where each image is, for retention (the chain has the hashes).
--- pruned_at: marked by retention (with its record); removed: its file is deleted.
-CREATE TABLE IF NOT EXISTS screenshots (
-    sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, last_seen_at REAL NOT NULL,
-    pruned_at REAL, removed INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS screenshots_to_prune ON screenshots (last_seen_at)
-    WHERE pruned_at IS NULL;
-CREATE INDEX IF NOT EXISTS screenshots_to_remove ON screenshots (sha256)
-    WHERE pruned_at IS NOT NULL AND removed = 0;
-"""
 PRUNE_BATCH = 5000
 """Images pruned per request at most, so one request never holds the loop for long."""
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """A query page stops past this much data (records hold up to 256 KiB each)."""
-
-
-def _create(db: sqlite3.Connection) -> None:
-    db.executescript(_SCHEMA)  # idempotent: IF NOT EXISTS
-
-
-def audit_paths(data_dir: Path) -> tuple[Path, Path, Path]:
-    """(database, screenshots root, head anchor file) under ``data_dir``."""
-    return (data_dir / DB_NAME, data_dir / "audit" / "screenshots",
-            data_dir / "audit" / "head.json")
 
 
 Outcome = Literal["stored", "duplicate", "conflicting"]
@@ -152,7 +131,7 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
 
 
-def iter_chain(db: sqlite3.Connection, batch: int = 2000) -> Iterator[ChainRecord]:
+def iter_chain(db: Reader, batch: int = 2000) -> Iterator[ChainRecord]:
     """Every record in seq order, read in pages (constant memory)."""
     after = -1
     while True:
@@ -175,29 +154,29 @@ def read_anchor(path: Path) -> Anchor | None:
 
 
 class AuditStore:
-    """The audit database and screenshot files; one instance per process, one thread."""
+    """The audit trail and its screenshots; one instance per process, one thread."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.path, shots_root, self.anchor_path = audit_paths(data_dir)
-        shots_root.mkdir(parents=True, exist_ok=True)
-        for directory in (data_dir, self.anchor_path.parent):  # their new names, durable
-            fsync_dir(directory)
-        self.files = ScreenshotFiles(shots_root)
-        self.files.remove_leftovers()
-        # The checkpoint: a predecessor killed between a commit's write and its fsync left
-        # records that a re-send would now be told are stored; it fsyncs them first (power
-        # cuts, docs/durability.md).
-        self._db = sqlite_store.connect(self.path, synchronous="FULL", busy_timeout_s=10.0,
-                                        setup=_create, checkpoint=True)
+    def __init__(self, data_dir: Path, db: AuditDb | None = None) -> None:
+        """The trail in ``db``, or in SQLite in ``data_dir``; the head anchor in
+        ``data_dir`` either way."""
+        self._db: AuditDb = db if db is not None else SqliteAuditDb.open(data_dir)
+        self.where = self._db.where
+        self.files = self._db.images
+        self.anchor_path = data_dir / "audit" / self._db.anchor_name
+        if not self.anchor_path.parent.is_dir():  # (PostgreSQL: nothing else made it)
+            self.anchor_path.parent.mkdir(parents=True)
+            for directory in (data_dir, self.anchor_path.parent):  # their names, durable
+                fsync_dir(directory)
         seq, digest, _at = self.head()
         self._head = self._anchored = Anchor(seq, digest)
         self._anchored_at = 0.0
         self._finish_prunes()
 
     def close(self) -> None:
-        self.flush_anchor()
-        self.files.close()
-        self._db.close()
+        try:
+            self.flush_anchor()
+        finally:
+            self._db.close()
 
     def head(self) -> tuple[int, str, float]:
         """(seq, hash, stored_at) of the last record; (0, GENESIS, 0.0) when empty."""
@@ -219,7 +198,8 @@ class AuditStore:
         """
         result = AppendResult()
         shots = [{name: digest_of(img) for name, img in r.screenshots.items()} for r in records]
-        with sqlite_store.transaction(self._db) as db:
+        with self._db.appending():
+            db = self._db
             known = self._known({r.record_id for r in records})
             seq, prev, last_stored = self.head()
             stored_at = max(now, last_stored)
@@ -334,7 +314,7 @@ class AuditStore:
     def screenshot_state(self, digests: set[str]) -> dict[str, ScreenshotState]:
         """``stored``, ``pruned`` (by retention) or ``missing`` for each image."""
         pruned: set[str] = set()
-        wanted = sorted(d for d in digests if not self.files.exists(d))
+        wanted = sorted(digests - self.files.present(digests))
         for start in range(0, len(wanted), 500):
             chunk = wanted[start:start + 500]
             pruned.update(d for (d,) in self._db.execute(
@@ -352,7 +332,8 @@ class AuditStore:
         interrupted)."""
         cutoff = now - older_than_days * 86400.0
         last: ChainRecord | None = None
-        with sqlite_store.transaction(self._db) as db:
+        with self._db.appending():
+            db = self._db
             old = db.execute("SELECT sha256, size FROM screenshots WHERE pruned_at IS NULL "
                              "AND last_seen_at < ? LIMIT ?", (cutoff, PRUNE_BATCH)).fetchall()
             if old:
@@ -377,15 +358,21 @@ class AuditStore:
                            len(old) == PRUNE_BATCH)
 
     def _finish_prunes(self) -> tuple[int, int]:
-        """Delete the files of pruned images not deleted yet: (files, bytes)."""
+        """Delete the images marked pruned and not deleted yet: (images, bytes). Under the
+        chain's lock: another writer (PostgreSQL) cannot reference one of them again
+        between the choice and the deletion."""
         removed = freed = 0
-        digests = [d for (d,) in self._db.execute(
-            "SELECT sha256 FROM screenshots WHERE pruned_at IS NOT NULL AND removed = 0")]
-        for digest in digests:
-            if self.files.exists(digest):
-                freed += self.files.remove(digest)
-                removed += 1
-        with sqlite_store.transaction(self._db) as db:
+        if self._db.execute("SELECT 1 FROM screenshots WHERE pruned_at IS NOT NULL AND "
+                            "removed = 0 LIMIT 1").fetchone() is None:
+            return 0, 0  # (the usual start: no lock taken)
+        with self._db.appending():
+            db = self._db
+            digests = [d for (d,) in db.execute(
+                "SELECT sha256 FROM screenshots WHERE pruned_at IS NOT NULL AND removed = 0")]
+            for digest in digests:
+                if self.files.exists(digest):
+                    freed += self.files.remove(digest)
+                    removed += 1
             db.executemany("UPDATE screenshots SET removed = 1 WHERE sha256 = ?",
                            [(d,) for d in digests])
         return removed, freed

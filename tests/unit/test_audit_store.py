@@ -248,6 +248,7 @@ def test_the_anchor_file_follows_the_head(store: AuditStore, tmp_path: Path) -> 
     ([rec(1, data={"x": {b"k": "y"}})], "invalid_data"),
     ([rec(1, data={"s": "\ud800"})], "invalid_data"),
     ([rec(1, at=math.nan)], "invalid_data"),
+    ([rec(1, replay_id="a\x00b")], "invalid_data"),  # PostgreSQL's text cannot hold it
     ([rec(1, data={"x": "y" * 300_000})], "data_too_large"),
     ([rec(1, screenshots={f"s{i}": b"x" for i in range(9)})], "too_many_screenshots"),
     ([rec(1, screenshots={"big": b"x" * (MAX_SCREENSHOT_BYTES + 1)})], "screenshot_too_large"),

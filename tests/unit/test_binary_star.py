@@ -245,6 +245,78 @@ def test_failover_then_the_primary_comes_back_passive() -> None:
     assert b.serving and a.state is State.PASSIVE
 
 
+# A server cut off (its link down), then back ---------------------------------------------------
+
+def test_a_peer_of_its_own_host_never_makes_a_broker_take_over() -> None:
+    """The tree's own processes (through its door) reach it whatever the network does."""
+    pair = at(B, State.PASSIVE, heard_at=10.0)
+    for now in (10.5, 10.0 + E, 100.0):
+        pair, out = on_request(pair, now, counts=False)
+        assert out == (Effect.HOLD,)
+        pair, _ = on_tick(pair, now)
+        assert pair.state is State.PASSIVE
+
+
+def test_an_active_broker_cut_off_steps_down_and_forgets() -> None:
+    """Neither its peer broker nor any peer heard for the expiry: its link is down."""
+    pair, _ = on_request(at(P, State.ACTIVE, heard_at=10.0), 10.5)
+    pair, _ = on_request(pair, 10.4 + E, counts=False)  # its own tree still talks to it
+    assert on_tick(pair, 10.5 + E - 0.01)[0].state is State.ACTIVE  # a peer came lately
+    step = on_tick(pair, 10.5 + E)
+    assert step[0].state is State.PASSIVE and effects(step) == [Effect.FORGET]
+
+
+def test_an_active_broker_that_still_hears_its_peer_or_its_peers_serves_on() -> None:
+    pair = at(P, State.ACTIVE, heard_at=10.0)
+    assert on_tick(pair, 10.0 + E - 0.01)[0].state is State.ACTIVE  # its peer broker: heard
+    pair, _ = on_request(pair, 10.0 + E)
+    assert on_tick(pair, 10.0 + E + 1)[0].state is State.ACTIVE  # a peer came
+
+
+def test_cut_off_then_back_the_broker_stays_passive_while_the_other_serves() -> None:
+    """Server A's link goes down: B takes over with the peers; A steps down. The link comes
+    back: A hears B active and stays passive; only a later failure of B moves it."""
+    a, _ = on_peer(start(P, 0.0, E), B, State.BACKUP, 0.5)
+    b, _ = on_peer(start(B, 0.0, E), P, State.ACTIVE, 0.6)
+    a, _ = on_request(a, 1.0)
+    assert a.serving and not b.serving
+    # The cut at 1.0: each hears nothing of the other; the peers go to b.
+    b, _ = on_request(b, 2.0)
+    b, _ = on_tick(b, 0.6 + E)
+    a, _ = on_request(a, 3.0, counts=False)
+    a, _ = on_tick(a, 1.0 + E + 0.01)
+    assert b.serving and a.state is State.PASSIVE
+    a, _ = on_request(a, 6.0, counts=False)
+    a, _ = on_tick(a, 6.1)
+    assert a.state is State.PASSIVE  # no peer came from outside: it does not serve again
+    # The link is back.
+    a, out = on_peer(a, B, State.ACTIVE, 10.0)
+    b, _ = on_peer(b, P, State.PASSIVE, 10.0)
+    assert a.state is State.PASSIVE and Effect.REFUSE_HELD in out and b.serving
+    a, _ = on_request(a, 10.5)
+    a, _ = on_tick(a, 10.6)
+    assert a.state is State.PASSIVE and b.serving
+
+
+def test_back_from_a_cut_a_peer_before_the_peer_brokers_state_does_not_make_it_serve() -> None:
+    """The link comes back: an agent's message may arrive before the other broker's state."""
+    pair, _ = on_tick(on_request(at(P, State.ACTIVE, heard_at=0.0), 0.5)[0], 0.5 + E + 0.01)
+    assert pair.state is State.PASSIVE and pair.cut_off
+    pair, out = on_request(pair, 20.0)
+    assert pair.state is State.PASSIVE and out == (Effect.HOLD,)
+    pair, out = on_peer(pair, B, State.ACTIVE, 20.4)
+    assert pair.state is State.PASSIVE and Effect.REFUSE_HELD in out
+
+
+def test_a_broker_cut_off_serves_again_when_a_peer_comes_and_its_peer_stays_lost() -> None:
+    """The other server died meanwhile: the peers come back, and after an expiry it serves."""
+    pair, _ = on_tick(on_request(at(P, State.ACTIVE, heard_at=0.0), 0.5)[0], 0.5 + E + 0.01)
+    pair, _ = on_request(pair, 20.0)
+    assert on_tick(pair, 20.0 + E - 0.01)[0].state is State.PASSIVE
+    step = on_tick(pair, 20.0 + E)
+    assert step[0].serving and effects(step) == [Effect.SERVE_HELD]
+
+
 def test_describe_says_role_state_and_peer() -> None:
     pair = on_peer(start(B, 0.0, E), P, State.ACTIVE, 1.0)[0]
     assert describe(pair, 1.5) == {"role": "backup", "state": "passive",

@@ -1,0 +1,42 @@
+"""Where the audit trail is: SQLite in the data directory (the embedded default), or
+PostgreSQL when ``database_url`` (``LEA_DATABASE_URL``) is set (docs/operations.md).
+
+An unreachable server raises :class:`runtime.pg.DatabaseUnavailable` (imported with psycopg,
+by a process that uses PostgreSQL only)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from actors.audit_log.store import AuditStore
+from actors.audit_log.store_db import AuditDb, SqliteAuditDb
+from runtime.liveness import Beacon
+from runtime.settings import Settings
+
+
+def open_store(settings: Settings,
+               on_lost: Callable[[BaseException], None] | None = None) -> AuditStore:
+    """The actor's store as ``settings`` say. ``on_lost``: called when the database
+    connection is lost (PostgreSQL)."""
+    if not settings.database_url:
+        return AuditStore(settings.data_dir)
+    from actors.audit_log.pg_store import PgAuditDb
+
+    # The wait for the server is bounded and beats (runtime/liveness.py): the supervisor
+    # sees an actor waiting, not a hung one.
+    db = PgAuditDb.connect(settings.database_url, on_lost, waiting=Beacon.from_env().beat,
+                           lock_wait_s=settings.beacon_timeout_s / 2)
+    try:
+        return AuditStore(settings.data_dir, db)
+    except BaseException:
+        db.close()
+        raise
+
+
+def open_reader(settings: Settings) -> AuditDb:
+    """The trail for reading only (``audit verify``); FileNotFoundError if there is none."""
+    if not settings.database_url:
+        return SqliteAuditDb.open_readonly(settings.data_dir)
+    from actors.audit_log.pg_store import PgAuditDb
+
+    return PgAuditDb.open_readonly(settings.database_url)

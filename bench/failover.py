@@ -82,7 +82,7 @@ def wait_state(endpoint: str, state: str, timeout_s: float = WAIT_S) -> None:
         time.sleep(0.05)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=6, help="kill -9 of the active broker")
     parser.add_argument("--heartbeat-ms", type=int, default=1000,
@@ -90,7 +90,7 @@ def main() -> int:
     parser.add_argument("--floor-steps", type=int, default=20,
                         help="steps timed before each kill (the floor)")
     parser.add_argument("--keep", action="store_true", help="keep logs and data")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     quiet_logs()
 
     a = f"tcp://127.0.0.1:{free_port()}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The dispatcher on SQLite and on PostgreSQL, in one run: per-step overhead and steps/s.
+"""The dispatcher on SQLite and on PostgreSQL, in one run: per-step overhead and steps/s;
+then the takeover of a standby dispatcher and the failover of a broker pair.
 
 For each store (SQLite in the data directory; PostgreSQL with ``LEA_DATABASE_URL``) a full
 tree (`python run.py`) runs, with bench agents (bench/bench_agent.py: the agent's protocol,
@@ -108,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="agents running one replay each at once (50)")
     parser.add_argument("--takeovers", type=int, default=5,
                         help="kill -9's of the leader of two dispatchers (5; 0: none)")
+    parser.add_argument("--broker-kills", type=int, default=6,
+                        help="kill -9's of the active broker of a pair (bench/failover.py; "
+                             "6; 0: none)")
+    parser.add_argument("--broker-heartbeat-ms", type=int, default=500,
+                        help="the pair's heartbeat (500: the two-server examples' setting)")
     parser.add_argument("--database-url", default="",
                         help="PostgreSQL to use (default: a throwaway server of our own)")
     args = parser.parse_args(argv)
@@ -141,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
               "(until a ping of the dispatcher service is answered):")
         print(kit.row("floor: restarted by the supervisor", restarts))
         print(kit.row("the standby takes over", takeovers))
+    if args.broker_kills:
+        import failover  # bench/failover.py: the broker pair's own bench, in this same run
+
+        return failover.main(["--kills", str(args.broker_kills),
+                              "--heartbeat-ms", str(args.broker_heartbeat_ms)])
     return 0
 
 

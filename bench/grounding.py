@@ -38,7 +38,7 @@ from PIL import Image
 
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import TextSettings, resolve_point
-from agent.grounding.tesseract import UPSCALE, TesseractReader
+from agent.grounding.tesseract import PSM, UPSCALE, TesseractReader
 from agent.grounding.text import MAX_NEAR_MISSES, normalise
 from bench.grounding_record import NOTES, H, W
 from messages.workflow import TargetSpec
@@ -150,7 +150,8 @@ class KeptReadings:
     def read(self, image: Image.Image) -> list[Any]:
         grey = image.convert("L")
         key = (grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest(),
-               self.reader.upscale, tuple(sorted(self.reader.variables.items())))
+               self.reader.upscale, self.reader.psm,
+               tuple(sorted(self.reader.variables.items())))
         if key not in self.kept:
             self.kept[key] = self.reader.read(grey)
             self.new += 1
@@ -174,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep every reading in FILE by its pixels and reuse them "
                         "(to rerun the matcher fast; the times printed are then not a "
                         "search's)")
+    parser.add_argument("--psm", default=PSM,
+                        help="Tesseract's page segmentation mode (agent: PSM)")
     parser.add_argument("--program", choices=("form", "mousepad"),
                         help="only this program's screens")
     args = parser.parse_args(argv)
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                if args.program in (None, program(s))]
     load_before = os.getloadavg()[0]
     # Every search reads its parts again: no reading kept from another search.
-    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables)
+    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables,
+                             psm=args.psm)
     kept = KeptReadings(reader, args.keep_readings) if args.keep_readings else None
     read_any = kept.read if kept is not None else reader.read
     images, words, read_ms = {}, {}, {}
@@ -240,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
           f"labelled controls of {'/'.join(programs)} (fr/en, 2 fonts, 100/125/150 %, "
           "recorded and moved layouts); "
-          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} {reader.variables}, "
+          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} psm {reader.psm} "
+          f"{reader.variables}, "
           f"{reader.workers} "
           f"worker(s) on {os.cpu_count()} cores")
     # Searches where a click was expected (a twin without anchor may rightly not click).

@@ -220,10 +220,32 @@ def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
     return found
 
 
-def _candidates(grouped: list[list[Word]], label: str, n_label: int,
-                whole: bool = True) -> list[Candidate]:
-    """One candidate per group of words; ``whole`` False: the span's similarity alone
-    (not the part of its phrase it covers)."""
+def _runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
+    """Every run of words of a row (:func:`rows`) whose text alone is at least ``floor``
+    like the label, wherever it stands in its row: all of them, not the best per row,
+    so that two copies on one row are two places."""
+    target = _compact(label)
+    n_label = max(1, len(normalise(label).split()))
+    out: list[Candidate] = []
+    for row in rows(words):
+        texts = [_compact(w.text) for w in row]
+        for i in range(len(row)):
+            span = ""
+            for j in range(i, min(len(row), i + n_label + MAX_EXTRA_WORDS)):
+                span += texts[j]
+                if len(span) > 2 * len(target) + 2:
+                    break
+                score = _similarity(target, span)
+                if target and score >= floor:
+                    chosen = row[i:j + 1]
+                    out.append(Candidate(" ".join(w.text for w in chosen), round(score, 4),
+                                         round(min(w.conf for w in chosen), 4),
+                                         _union(chosen)))
+    return out
+
+
+def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Candidate]:
+    """One candidate per group of words (its best span)."""
     target = _compact(label)
     if not target:
         return []
@@ -238,7 +260,7 @@ def _candidates(grouped: list[list[Word]], label: str, n_label: int,
                 span += texts[j]
                 if len(span) > 2 * len(target) + 2:
                     break
-                score = _similarity(target, span) * (len(span) / total if whole else 1)
+                score = _similarity(target, span) * len(span) / total
                 if best is None or score > best.score:
                     chosen = phrase[i:j + 1]
                     best = Candidate(" ".join(w.text for w in chosen), round(score, 4),
@@ -483,9 +505,8 @@ def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: f
                         detail=f"no text like {label!r} (score >= {min_score}); "
                                + seen(loose))
     best = max(loose, key=lambda c: c.score)
-    runs = [c for c in _candidates([[w] for w in words] + rows(words, SENTENCE_GAP), label,
-                                   max(1, len(normalise(label).split())), whole=False)
-            if c.score >= min_score - margin and not _contains(best.box, c.centre, 0)]
+    runs = [c for c in _runs(words, label, min_score - margin)
+            if not _contains(best.box, c.centre, 0)]
     if runs:
         return Decision(None, (best, *runs), error="ambiguous_target",
                         detail=f"{label!r} reads as an item at {best.describe()}, and also "

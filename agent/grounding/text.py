@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from rapidfuzz.distance import Levenshtein
@@ -220,28 +220,36 @@ def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
     return found
 
 
+def _spans(group: Sequence[Word], target: str,
+           n_label: int) -> Iterator[tuple[list[Word], str]]:
+    """Every run of words of ``group`` that could be the label: up to ``MAX_EXTRA_WORDS``
+    words more than it, and at most about twice its length; with its compact text."""
+    texts = [_compact(w.text) for w in group]
+    for i in range(len(group)):
+        span = ""
+        for j in range(i, min(len(group), i + n_label + MAX_EXTRA_WORDS)):
+            span += texts[j]
+            if len(span) > 2 * len(target) + 2:
+                break
+            yield list(group[i:j + 1]), span
+
+
+def _candidate(chosen: Sequence[Word], score: float) -> Candidate:
+    return Candidate(" ".join(w.text for w in chosen), round(score, 4),
+                     round(min(w.conf for w in chosen), 4), _union(chosen))
+
+
 def _runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
     """Every run of words of a row (:func:`rows`) whose text alone is at least ``floor``
     like the label, wherever it stands in its row: all of them, not the best per row,
     so that two copies on one row are two places."""
     target = _compact(label)
+    if not target:
+        return []
     n_label = max(1, len(normalise(label).split()))
-    out: list[Candidate] = []
-    for row in rows(words):
-        texts = [_compact(w.text) for w in row]
-        for i in range(len(row)):
-            span = ""
-            for j in range(i, min(len(row), i + n_label + MAX_EXTRA_WORDS)):
-                span += texts[j]
-                if len(span) > 2 * len(target) + 2:
-                    break
-                score = _similarity(target, span)
-                if target and score >= floor:
-                    chosen = row[i:j + 1]
-                    out.append(Candidate(" ".join(w.text for w in chosen), round(score, 4),
-                                         round(min(w.conf for w in chosen), 4),
-                                         _union(chosen)))
-    return out
+    return [_candidate(chosen, score) for row in rows(words)
+            for chosen, span in _spans(row, target, n_label)
+            if (score := _similarity(target, span)) >= floor]
 
 
 def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Candidate]:
@@ -251,20 +259,12 @@ def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Can
         return []
     found: list[Candidate] = []
     for phrase in grouped:
-        texts = [_compact(w.text) for w in phrase]
-        total = sum(len(t) for t in texts)
+        total = sum(len(_compact(w.text)) for w in phrase)
         best: Candidate | None = None
-        for i in range(len(phrase)):
-            span = ""
-            for j in range(i, min(len(phrase), i + n_label + MAX_EXTRA_WORDS)):
-                span += texts[j]
-                if len(span) > 2 * len(target) + 2:
-                    break
-                score = _similarity(target, span) * len(span) / total
-                if best is None or score > best.score:
-                    chosen = phrase[i:j + 1]
-                    best = Candidate(" ".join(w.text for w in chosen), round(score, 4),
-                                     round(min(w.conf for w in chosen), 4), _union(chosen))
+        for chosen, span in _spans(phrase, target, n_label):
+            score = _similarity(target, span) * len(span) / total
+            if best is None or score > best.score:
+                best = _candidate(chosen, score)
         if best is not None:
             found.append(best)
     found.sort(key=lambda c: -c.score)

@@ -91,7 +91,7 @@ def test_a_menu_title_is_an_item_only_where_the_recording_points_at_it() -> None
     twice = item_by_place(bar + notes, "Document", 0.8, 0.15, at, None)
     assert twice.chosen is None and twice.error == "ambiguous_target"
     # Twice on one row (a toolbar beside the menu bar): two places too.
-    again = item_by_place(bar + [word("Document", 450, 20, 0)], "Document", 0.8, 0.15, at,
+    again = item_by_place([*bar, word("Document", 450, 20, 0)], "Document", 0.8, 0.15, at,
                           None)
     assert again.chosen is None and again.error == "ambiguous_target"
     # A label's own spaces are narrower: "Enregistrer sous" is never "Enregistrer".

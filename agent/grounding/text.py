@@ -271,6 +271,10 @@ def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Can
     return found
 
 
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
 def _contains(box: Box, point: tuple[float, float], pad: float) -> bool:
     left, top, w, h = box
     return left - pad <= point[0] <= left + w + pad and top - pad <= point[1] <= top + h + pad
@@ -505,8 +509,9 @@ def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: f
                         detail=f"no text like {label!r} (score >= {min_score}); "
                                + seen(loose))
     best = max(loose, key=lambda c: c.score)
-    runs = [c for c in _runs(words, label, min_score - margin)
-            if not _contains(best.box, c.centre, 0)]
+    # A run that takes in the chosen words ("ici Édition" for a misread "Fichier
+    # Édition") is the same place, not a second one.
+    runs = [c for c in _runs(words, label, min_score - margin) if not _overlap(best.box, c.box)]
     if runs:
         return Decision(None, (best, *runs), error="ambiguous_target",
                         detail=f"{label!r} reads as an item at {best.describe()}, and also "

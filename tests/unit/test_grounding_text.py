@@ -94,6 +94,9 @@ def test_a_menu_title_is_an_item_only_where_the_recording_points_at_it() -> None
     again = item_by_place([*bar, word("Document", 450, 20, 0)], "Document", 0.8, 0.15, at,
                           None)
     assert again.chosen is None and again.error == "ambiguous_target"
+    # "Fichier" misread "ici": the run "ici Edition" holds the chosen word, one place.
+    misread = [word("ici", 132, 20, 0), *menu_bar(100, 20, 0)[1:]]
+    assert item_by_place(misread, "Edition", 0.8, 0.15, (196, 26), None).chosen
     # A label's own spaces are narrower: "Enregistrer sous" is never "Enregistrer".
     sous = [word("Enregistrer", 100, 20, 0), word("sous...", 192, 20, 0)]
     assert item_by_place(sous, "Enregistrer", 0.8, 0.15, (144, 26), None).chosen is None

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import io
 import json
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -36,7 +38,7 @@ from PIL import Image
 
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import TextSettings, resolve_point
-from agent.grounding.tesseract import UPSCALE, TesseractReader
+from agent.grounding.tesseract import PSM, UPSCALE, TesseractReader
 from agent.grounding.text import MAX_NEAR_MISSES, normalise
 from bench.grounding_record import NOTES, H, W
 from messages.workflow import TargetSpec
@@ -134,6 +136,32 @@ def searches(screens: list[dict[str, Any]], data: Path) -> list[Search]:
     return out
 
 
+class KeptReadings:
+    """Every reading of ``reader`` kept in ``path`` by its pixels (and the reader's scale
+    and variables), so that the matcher can be run again on the set in seconds: its times
+    are then not a search's (``--keep-readings``)."""
+
+    def __init__(self, reader: TesseractReader, path: Path) -> None:
+        self.reader, self.path = reader, path
+        self.kept: dict[tuple[Any, ...], list[Any]] = (
+            pickle.loads(path.read_bytes()) if path.is_file() else {})
+        self.new = 0
+
+    def read(self, image: Image.Image) -> list[Any]:
+        grey = image.convert("L")
+        key = (grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest(),
+               self.reader.upscale, self.reader.psm,
+               tuple(sorted(self.reader.variables.items())))
+        if key not in self.kept:
+            self.kept[key] = self.reader.read(grey)
+            self.new += 1
+        return list(self.kept[key])
+
+    def save(self) -> None:
+        if self.new:
+            self.path.write_bytes(pickle.dumps(self.kept))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
@@ -143,17 +171,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tesseract", action="append", default=[], metavar="VAR=VALUE",
                         help="a Tesseract variable set at load, over the agent's (to "
                         "compare)")
+    parser.add_argument("--keep-readings", type=Path, metavar="FILE",
+                        help="keep every reading in FILE by its pixels and reuse them "
+                        "(to rerun the matcher fast; the times printed are then not a "
+                        "search's)")
+    parser.add_argument("--psm", default=PSM,
+                        help="Tesseract's page segmentation mode (agent: PSM)")
+    parser.add_argument("--program", choices=("form", "mousepad"),
+                        help="only this program's screens")
     args = parser.parse_args(argv)
     variables = dict(v.split("=", 1) for v in args.tesseract)
-    screens = json.loads((args.data / "labels.json").read_text())["screens"]
+    screens = [s for s in json.loads((args.data / "labels.json").read_text())["screens"]
+               if args.program in (None, program(s))]
     load_before = os.getloadavg()[0]
     # Every search reads its parts again: no reading kept from another search.
-    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables)
+    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables,
+                             psm=args.psm)
+    kept = KeptReadings(reader, args.keep_readings) if args.keep_readings else None
+    read_any = kept.read if kept is not None else reader.read
     images, words, read_ms = {}, {}, {}
     for s in screens:
         images[s["image"]] = image = Image.open(args.data / s["image"]).convert("RGB")
         start = time.perf_counter()
-        words[s["image"]] = reader.read(image)
+        words[s["image"]] = read_any(image)
         read_ms[s["image"]] = (time.perf_counter() - start) * 1000
     floor = floor_ms()
     tally: Counter[str] = Counter()
@@ -165,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         parts: list[float] = []
 
         def read(image: Image.Image, name: str = name, parts: list[float] = parts) -> Any:
-            if image.size == (W, H):
+            if image is images[name]:  # the whole monitor, read once above
                 return words[name]
             start = time.perf_counter()
             try:
-                return reader.read(image)
+                return read_any(image)
             finally:
                 parts.append((time.perf_counter() - start) * 1000)
 
@@ -191,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
                 tally["wrong-control clicks"] += 1
                 misses.append(f"WRONG {what} -> {point} ({found.detail})")
         elif not may_refuse:
-            misses.append(f"miss  {what}: {found.error} {(found.detail or '')[:200]}")
+            there = " ".join(f"{w.text!r}{w.conf:.2f}" for w in words[name]
+                             if expected is not None and inside(expected, (
+                                 w.box[0] + w.box[2] / 2, w.box[1] + w.box[3] / 2)))
+            misses.append(f"miss  {what} {expected}: {found.error} "
+                          f"{(found.detail or '')[:200]} [read there: {there}]")
         else:
             tally[f"{mode}: no click"] += 1
             tally["ambiguous_target"] += found.error == "ambiguous_target"
@@ -200,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
           f"labelled controls of {'/'.join(programs)} (fr/en, 2 fonts, 100/125/150 %, "
           "recorded and moved layouts); "
-          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} {reader.variables}, "
+          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} psm {reader.psm} "
+          f"{reader.variables}, "
           f"{reader.workers} "
           f"worker(s) on {os.cpu_count()} cores")
     # Searches where a click was expected (a twin without anchor may rightly not click).
@@ -230,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.quantiles([t for _, t in second], n=10)[-1]:.0f} ms; the full-screen "
           f"read p50 {statistics.median(read_ms.values()):.0f} ms; more near misses than "
           f"the cap ({MAX_NEAR_MISSES}), no click: {tally['near-miss cap']}")
+    if kept is not None:
+        kept.save()
     for line in misses if args.verbose else misses[:15]:
         print("  " + line)
     return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 from PIL import Image
 
 from agent.grounding.tesseract import TesseractReader
-from bench.grounding import DATA
+from bench.grounding import DATA, floor_ms
 
 DICTIONARIES = {"load_system_dawg": "1", "load_freq_dawg": "1"}
 
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         "blank margins not read": TesseractReader(keep=0, crop_blank=True),
         "dictionaries loaded": TesseractReader(keep=0, variables=DICTIONARIES),
         "x1.25 instead of x1.5": TesseractReader(keep=0, upscale=1.25),
+        "sparse text (psm 11) instead of one block": TesseractReader(keep=0, psm="SPARSE_TEXT"),
+        "bilinear instead of bicubic upscaling": TesseractReader(
+            keep=0, resample=Image.Resampling.BILINEAR),
     }
     times: dict[str, list[float]] = {name: [] for name in readers}
     words: dict[str, int] = dict.fromkeys(readers, 0)
@@ -53,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
                 times[name].append((time.perf_counter() - start) * 1000)
                 words[name] += len(read) if turn == 0 else 0
     base = times["agent (the whole monitor)"]
+    floor = floor_ms()
     print(f"{len(images)} screens x {args.rounds} rounds; load average {load_before:.1f} "
-          f"before, {os.getloadavg()[0]:.1f} after")
+          f"before, {os.getloadavg()[0]:.1f} after; floor (capture 1920x1080 + grey, same "
+          f"run) p50 {floor:.1f} ms")
     for name, ms in times.items():
         ratio = statistics.median(a / b for a, b in zip(ms, base, strict=True))
         print(f"  {name}: p50 {statistics.median(ms):.0f} ms, x{ratio:.2f} of the agent's, "

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from PIL import Image
+from PIL import Image, ImageOps
 
 from agent.anchor import AnchorError, decode_anchor, find_anchor
 from agent.grounding.text import (
@@ -47,11 +47,14 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
+    item_by_place,
     look_again_boxes,
     near_miss_is_label,
     near_misses,
+    read_closer,
     too_many_near_misses,
     twin_seen_again,
+    with_closer_reading,
 )
 from agent.screen.capture import Rect
 from messages.monitor import Monitor, MonitorResolution
@@ -255,7 +258,34 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
         recorded = (x - origin[0], y - origin[1])
     found = candidates(words, label)
     decision = decide(found, label, text.min_score, text.margin, recorded)
-    if decision.error != "target_not_found" and spec.anchor_image_base64:
+    if decision.error == "target_not_found":
+        # Nearly read somewhere: that phrase read again alone, closer, as it is and
+        # inverted (light on dark); the rest of the monitor's reading stands, so a copy
+        # elsewhere is still a rival (docs/grounding.md, "Read closer").
+        try:
+            for closer in read_closer(words, found, text.min_score, image.size):
+                words = with_closer_reading(words, closer.crop, _closer_words(
+                    text.read, image, closer.crop, closer.scale, label))
+        except Exception as exc:
+            return _ocr_failed(exc, ms())
+        found = candidates(words, label)
+        decision = decide(found, label, text.min_score, text.margin, recorded)
+    if decision.error == "target_not_found" and (recorded or spec.anchor_image_base64):
+        # One item of a row of items (a menu bar), where the recording points at it
+        # (docs/grounding.md, "Items of a menu bar").
+        anchor_box = None
+        if spec.anchor_image_base64:
+            try:
+                match = find_anchor(image, decode_anchor(spec.anchor_image_base64), scales,
+                                    anchor_min_score)
+            except AnchorError as exc:
+                return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
+            anchor_box = (match.left, match.top, match.w, match.h) if match.found else None
+        item = item_by_place(words, label, text.min_score, text.margin,
+                             recorded if anchor_box is None else None, anchor_box)
+        if item.chosen is not None or item.error == "ambiguous_target":
+            decision = item
+    elif decision.error != "target_not_found" and spec.anchor_image_base64:
         # The anchor breaks ties, and must agree with the text: a twin the OCR misread is
         # not a candidate, but the anchor may still find it (docs/grounding.md).
         try:
@@ -313,10 +343,27 @@ def _ocr_failed(exc: Exception, elapsed_ms: float) -> Resolved:
                     f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
 
 
-def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float) -> list[Word]:
-    """The words of a part of ``image``, read at ``scale``, in ``image``'s pixels."""
+def _closer_words(read: ReadWords, image: Image.Image, box: Rect, scale: float,
+                  label: str) -> list[Word]:
+    """A part read again at ``scale``, and inverted if that did not find ``label``: the
+    reading where the label scores best (light on dark text reads better inverted)."""
+    plain = _read_part(read, image, box, scale)
+    best = max((c.score for c in candidates(plain, label)), default=0.0)
+    if best >= 1.0:
+        return plain
+    inverted = _read_part(read, image, box, scale, invert=True)
+    other = max((c.score for c in candidates(inverted, label)), default=0.0)
+    return inverted if other > best else plain
+
+
+def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float,
+               invert: bool = False) -> list[Word]:
+    """The words of a part of ``image``, read at ``scale`` (inverted if ``invert``), in
+    ``image``'s pixels."""
     left, top, w, h = box
     part = image.crop((left, top, left + w, top + h))
+    if invert:
+        part = ImageOps.invert(part.convert("RGB"))
     if scale != 1.0:
         part = part.resize((round(w * scale), round(h * scale)), Image.Resampling.BICUBIC)
     return [replace(word, box=(left + round(word.box[0] / scale), top + round(word.box[1] / scale),

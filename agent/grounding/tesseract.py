@@ -7,8 +7,7 @@ tesserocr's wheels (Linux, Windows, macOS) carry libtesseract; the language mode
 a second or two) and used under a lock: one API is not to be used by two threads at once.
 
 Screens are read in grey at ``UPSCALE`` times their size (screen text is smaller than what
-Tesseract's models were trained on), with page segmentation "sparse text" (text anywhere,
-no reading order: a screen is not a page).
+Tesseract's models were trained on), as one block of text lines (``PSM``).
 """
 
 from __future__ import annotations
@@ -33,6 +32,10 @@ in two thirds of the time (docs/grounding.md)."""
 UPSCALE = 1.5
 """Measured on the recorded set (docs/grounding.md): x1.5 read every labelled control that
 x2 read, and one more, for half the pixels."""
+PSM = "SINGLE_BLOCK"
+"""Tesseract's page segmentation mode (a name of ``tesserocr.PSM``): the screen as one
+block of text lines. Measured against "sparse text" on the set (docs/grounding.md,
+"Speed"): its layout analysis is the cheaper part, and as many labels were found."""
 SEAM = 48
 """Half the rows two halves read at once share (pixels of the image): the tallest text
 line read whole."""
@@ -94,7 +97,8 @@ class TesseractReader:
     def __init__(self, langs: str = DEFAULT_LANGS, tessdata: str | None = None,
                  upscale: float = UPSCALE, workers: int | None = None,
                  keep: int = KEEP_READINGS, crop_blank: bool = False,
-                 variables: dict[str, str] | None = None) -> None:
+                 variables: dict[str, str] | None = None, psm: str = PSM,
+                 resample: Image.Resampling = Image.Resampling.BICUBIC) -> None:
         try:
             import tesserocr
         except ImportError as exc:  # a platform without a wheel
@@ -108,7 +112,7 @@ class TesseractReader:
         settings = {**NO_DICTIONARIES, **(variables or {})}
         try:
             self._apis: list[Any] = [tesserocr.PyTessBaseAPI(path=path, lang=langs,
-                                                              psm=tesserocr.PSM.SPARSE_TEXT,
+                                                              psm=getattr(tesserocr.PSM, psm),
                                                               variables=settings)
                                      for _ in range(max(1, n))]
         except RuntimeError as exc:
@@ -116,6 +120,8 @@ class TesseractReader:
                 from exc
         self._tesserocr = tesserocr
         self.upscale = upscale
+        self.resample = resample
+        self.psm = psm
         self.keep = keep
         self.variables = settings
         self.crop_blank = crop_blank
@@ -188,8 +194,7 @@ class TesseractReader:
         pixels, of the lines whose middle row is in ``keep_from .. keep_to``."""
         k = self.upscale
         if k != 1:
-            grey = grey.resize((round(grey.width * k), round(grey.height * k)),
-                               Image.Resampling.BICUBIC)
+            grey = grey.resize((round(grey.width * k), round(grey.height * k)), self.resample)
         ril = self._tesserocr.RIL
         lines: list[list[Word]] = []
         api.SetImage(grey)

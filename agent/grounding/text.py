@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from rapidfuzz.distance import Levenshtein
@@ -51,6 +51,14 @@ PHRASE_GAP = 1.2
 space is under half a text height, two controls' texts are twice as far apart or more
 on the set; a word's box read a letter short (seen: "Known" 8 px short of its "n")
 widened a space to 1.1 text heights."""
+ITEM_GAP = 0.85
+"""Items of a row (a menu bar's titles) are at least this many text heights apart on the
+set (0.89-1.2 for GTK's), a space inside a label at most 0.78 (:func:`item_by_place`)."""
+LONG_LABEL = 4
+SENTENCE_GAP = 4.0
+"""A label of ``LONG_LABEL`` words or more is also matched across gaps of up to this many
+text heights on one line (a sentence read with its colon or a word lost; see
+:func:`candidates`)."""
 MAX_EXTRA_WORDS = 2
 """A span may have this many words more than the label (OCR splits words)."""
 SEEN = 3
@@ -66,6 +74,12 @@ NEAR_MISS_CROP = (3.0, 1.2, 2.0)
 """A near miss is read again in a crop of this half width and half height (text heights,
 and at least the chosen text's half width) around it, at this scale: alone in a tight
 crop, the "OK" read "fe)" on the whole screen reads "OK" at every scale tried."""
+CLOSER_FROM = 0.4
+CLOSER_SCALE = 2.0
+MAX_CLOSER = 3
+"""When the label is not found, the phrases of at most ``MAX_CLOSER`` candidates scoring
+from ``CLOSER_FROM`` are read again alone at ``CLOSER_SCALE``, as they are and inverted
+(:func:`read_closer`)."""
 MAX_NEAR_MISSES = 12
 """At most this many near misses are read again before a click; more and the step is
 ``ambiguous_target`` (docs/grounding.md, "Near misses": the cap is set from the set's
@@ -131,8 +145,9 @@ def _compact(text: str) -> str:
     return normalise(text).replace(" ", "")
 
 
-def phrases(words: Sequence[Word]) -> list[list[Word]]:
-    """The words grouped by line and cut at wide gaps (module docstring, point 2)."""
+def phrases(words: Sequence[Word], gap_heights: float = PHRASE_GAP) -> list[list[Word]]:
+    """The words grouped by line and cut at gaps wider than ``gap_heights`` text heights
+    (module docstring, point 2)."""
     lines: dict[int, list[Word]] = {}
     for w in words:
         if _compact(w.text):
@@ -141,7 +156,7 @@ def phrases(words: Sequence[Word]) -> list[list[Word]]:
     for line in lines.values():
         line.sort(key=lambda w: w.box[0])
         heights = sorted(w.box[3] for w in line)
-        gap = PHRASE_GAP * heights[len(heights) // 2]
+        gap = gap_heights * heights[len(heights) // 2]
         current = [line[0]]
         for prev, word in itertools.pairwise(line):
             if word.box[0] - (prev.box[0] + prev.box[2]) > gap:
@@ -149,6 +164,25 @@ def phrases(words: Sequence[Word]) -> list[list[Word]]:
                 current = []
             current.append(word)
         out.append(current)
+    return out
+
+
+def rows(words: Sequence[Word], gap_heights: float = SENTENCE_GAP) -> list[list[Word]]:
+    """The words grouped by visual row, whatever the OCR's lines (it may read one row of
+    text as several lines), cut at gaps wider than ``gap_heights`` text heights."""
+    out: list[list[Word]] = []
+    for w in sorted((w for w in words if _compact(w.text)), key=lambda w: w.box[0]):
+        middle = w.box[1] + w.box[3] / 2
+        for row in out:
+            last = row[-1]
+            h = max(last.box[3], w.box[3])
+            gap = w.box[0] - (last.box[0] + last.box[2])
+            if abs(middle - (last.box[1] + last.box[3] / 2)) <= h / 2 \
+                    and -h / 2 <= gap <= gap_heights * h:
+                row.append(w)
+                break
+        else:
+            out.append([w])
     return out
 
 
@@ -167,31 +201,78 @@ def _similarity(a: str, b: str) -> float:
 
 
 def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
-    """One candidate per phrase, best first (module docstring, point 3)."""
+    """One candidate per phrase, best first (module docstring, point 3). A label of
+    ``LONG_LABEL`` words or more is also matched on a whole row, across gaps of up to
+    ``SENTENCE_GAP`` (:func:`rows`): a lost colon or word leaves a wide gap inside a
+    sentence, the OCR may read one row as several lines, and no two controls side by side
+    read like a whole sentence; the two readings of one place are one candidate (the
+    better)."""
+    n_label = max(1, len(normalise(label).split()))
+    found = _candidates(phrases(words), label, n_label)
+    if n_label >= LONG_LABEL:
+        wide = _candidates(rows(words), label, n_label)
+        kept: list[Candidate] = []
+        for c in sorted([*found, *wide], key=lambda c: -c.score):
+            if not any(_contains(k.box, c.centre, 0) or _contains(c.box, k.centre, 0)
+                       for k in kept):
+                kept.append(c)
+        found = kept
+    return found
+
+
+def _spans(group: Sequence[Word], target: str,
+           n_label: int) -> Iterator[tuple[list[Word], str]]:
+    """Every run of words of ``group`` that could be the label: up to ``MAX_EXTRA_WORDS``
+    words more than it, and at most about twice its length; with its compact text."""
+    texts = [_compact(w.text) for w in group]
+    for i in range(len(group)):
+        span = ""
+        for j in range(i, min(len(group), i + n_label + MAX_EXTRA_WORDS)):
+            span += texts[j]
+            if len(span) > 2 * len(target) + 2:
+                break
+            yield list(group[i:j + 1]), span
+
+
+def _candidate(chosen: Sequence[Word], score: float) -> Candidate:
+    return Candidate(" ".join(w.text for w in chosen), round(score, 4),
+                     round(min(w.conf for w in chosen), 4), _union(chosen))
+
+
+def _runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
+    """Every run of words of a row (:func:`rows`) whose text alone is at least ``floor``
+    like the label, wherever it stands in its row: all of them, not the best per row,
+    so that two copies on one row are two places."""
     target = _compact(label)
     if not target:
         return []
     n_label = max(1, len(normalise(label).split()))
+    return [_candidate(chosen, score) for row in rows(words)
+            for chosen, span in _spans(row, target, n_label)
+            if (score := _similarity(target, span)) >= floor]
+
+
+def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Candidate]:
+    """One candidate per group of words (its best span)."""
+    target = _compact(label)
+    if not target:
+        return []
     found: list[Candidate] = []
-    for phrase in phrases(words):
-        texts = [_compact(w.text) for w in phrase]
-        whole = sum(len(t) for t in texts)
+    for phrase in grouped:
+        total = sum(len(_compact(w.text)) for w in phrase)
         best: Candidate | None = None
-        for i in range(len(phrase)):
-            span = ""
-            for j in range(i, min(len(phrase), i + n_label + MAX_EXTRA_WORDS)):
-                span += texts[j]
-                if len(span) > 2 * len(target) + 2:
-                    break
-                score = _similarity(target, span) * len(span) / whole
-                if best is None or score > best.score:
-                    chosen = phrase[i:j + 1]
-                    best = Candidate(" ".join(w.text for w in chosen), round(score, 4),
-                                     round(min(w.conf for w in chosen), 4), _union(chosen))
+        for chosen, span in _spans(phrase, target, n_label):
+            score = _similarity(target, span) * len(span) / total
+            if best is None or score > best.score:
+                best = _candidate(chosen, score)
         if best is not None:
             found.append(best)
     found.sort(key=lambda c: -c.score)
     return found
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 
 
 def _contains(box: Box, point: tuple[float, float], pad: float) -> bool:
@@ -364,3 +445,88 @@ def seen(found: Sequence[Candidate]) -> str:
     if not found:
         return "no text read there"
     return "seen " + "; ".join(c.describe() for c in found[:SEEN])
+
+
+@dataclass(frozen=True, slots=True)
+class Closer:
+    """A phrase read again alone (``crop``, at ``scale``, also inverted): the label was
+    nearly read there (``read_as``)."""
+
+    read_as: str
+    crop: Box
+    scale: float
+
+
+def read_closer(words: Sequence[Word], found: Sequence[Candidate], min_score: float,
+                size: tuple[int, int], cap: int = MAX_CLOSER) -> list[Closer]:
+    """Where to read again when the label is not found: the phrases of the best
+    candidates scoring ``CLOSER_FROM`` to ``min_score`` (a word read in pieces,
+    "Docume", "R ercher"; a line of white on red read with words lost). Each crop holds
+    its whole phrase and a little around it (docs/grounding.md, "Read closer")."""
+    out: list[Closer] = []
+    by_line = rows(words)
+    for c in found:
+        if len(out) >= cap:
+            break
+        if not CLOSER_FROM <= c.score < min_score:
+            continue
+        phrase = next((p for p in by_line if any(_contains(w.box, c.centre, 0) for w in p)),
+                      None)
+        left, top, w, h = _union(phrase) if phrase else c.box
+        th = c.box[3]
+        crop_left, crop_top = max(0, int(left - 2 * th)), max(0, int(top - 0.6 * th))
+        crop_right = min(size[0], int(left + w + 2 * th) + 1)
+        crop_bottom = min(size[1], int(top + h + 0.6 * th) + 1)
+        box = (crop_left, crop_top, crop_right - crop_left, crop_bottom - crop_top)
+        if box[2] >= 8 and box[3] >= 8 and not any(o.crop == box for o in out):
+            out.append(Closer(c.text, box, CLOSER_SCALE))
+    return out
+
+
+def with_closer_reading(words: Sequence[Word], crop: Box, again: Sequence[Word]) -> list[Word]:
+    """``words`` with those whose centre is in ``crop`` replaced by ``again`` (the crop
+    read again, in the same pixels, on lines of their own)."""
+    line0 = 1 + max((w.line for w in words), default=-1)
+    kept = [w for w in words
+            if not _contains(crop, (w.box[0] + w.box[2] / 2, w.box[1] + w.box[3] / 2), 0)]
+    return kept + [Word(w.text, w.conf, w.box, line0 + w.line) for w in again]
+
+
+def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: float,
+                  recorded: tuple[float, float] | None, anchor: Box | None) -> Decision:
+    """The label as one item of a row of items set about a text height apart (a menu
+    bar: closer than ``PHRASE_GAP``, so one phrase), taken only where the recording
+    points at it: under the anchor's match, or else within ``NEAR`` text heights of the
+    recorded position. Terminal text sets its words as far apart, so such a cut alone
+    would make a word of a sentence a control: without the place it is never acted on,
+    and a second place where the label reads as a run of words, in any phrase, is a
+    rival (docs/grounding.md, "Items of a menu bar")."""
+    loose = [c for c in _candidates(phrases(words, ITEM_GAP), label,
+                                    max(1, len(normalise(label).split())))
+             if c.score >= min_score]
+    if not loose or (recorded is None and anchor is None):
+        return Decision(None, tuple(loose), error="target_not_found",
+                        detail=f"no text like {label!r} (score >= {min_score}); "
+                               + seen(loose))
+    best = max(loose, key=lambda c: c.score)
+    # A run that takes in the chosen words ("ici Édition" for a misread "Fichier
+    # Édition") is the same place, not a second one.
+    runs = [c for c in _runs(words, label, min_score - margin) if not _overlap(best.box, c.box)]
+    if runs:
+        return Decision(None, (best, *runs), error="ambiguous_target",
+                        detail=f"{label!r} reads as an item at {best.describe()}, and also "
+                               "as words elsewhere: " + seen(runs))
+    if anchor is not None:
+        centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
+        at = _contains(best.box, centre, max(anchor[2], anchor[3]) / 4)
+        how = "anchor"
+    else:
+        assert recorded is not None
+        at = math.dist(best.centre, recorded) <= NEAR * best.box[3]
+        how = "position"
+    if not at:
+        return Decision(None, (best,), error="target_not_found",
+                        detail=f"{label!r} reads as an item of a row at {best.describe()}, "
+                               f"but the recorded {how} is not there")
+    return Decision(best, (best,), tie_broken_by=how)
+

@@ -18,10 +18,12 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
+    item_by_place,
     look_again_boxes,
     near_misses,
     normalise,
     phrases,
+    read_closer,
     twin_seen_again,
 )
 from messages.workflow import TargetSpec
@@ -59,6 +61,84 @@ def test_a_label_matches_a_whole_phrase_not_a_piece_of_another() -> None:
     assert candidates(words, "Notes médicales")[0].score == 1.0
     split = [word("Enre", 10, 10, 0), word("gistrer", 46, 10, 0)]
     assert candidates(split, "Enregistrer")[0].score == 1.0
+
+
+def menu_bar(x: int, y: int, line: int) -> list[Word]:
+    """A GTK menu bar as Tesseract reads it: one line, titles a text height apart."""
+    out = []
+    for title in ("Fichier", "Edition", "Rechercher", "Document", "Aide"):
+        out.append(word(title, x, y, line))
+        x += 8 * len(title) + 12
+    return out
+
+
+def test_a_menu_title_is_an_item_only_where_the_recording_points_at_it() -> None:
+    """Titles a text height apart are one phrase (terminal text sets words as far
+    apart): "Document" is taken as an item of the row only under the anchor or at the
+    recorded position, and never if the label also reads as words elsewhere."""
+    bar = menu_bar(100, 20, 0)
+    assert decide(candidates(bar, "Document"), "Document").error == "target_not_found"
+    at = (100 + 8 * 24 + 36 + 32, 26)  # the centre of "Document"
+    d = item_by_place(bar, "Document", 0.8, 0.15, at, None)
+    assert d.chosen is not None and d.chosen.text == "Document" and d.tie_broken_by == "position"
+    anchored = item_by_place(bar, "Document", 0.8, 0.15, None, (at[0] - 40, 10, 80, 32))
+    assert anchored.chosen is not None and anchored.tie_broken_by == "anchor"
+    for recorded, anchor in [(None, None), ((900, 500), None), (None, (880, 480, 80, 32))]:
+        d = item_by_place(bar, "Document", 0.8, 0.15, recorded, anchor)
+        assert d.chosen is None and d.error == "target_not_found", (recorded, anchor)
+    # The same word in a sentence elsewhere: two places, no click.
+    notes = [word(w, x, 700, 1) for w, x in [("Le", 100, ), ("Document", 128), ("signe", 200)]]
+    twice = item_by_place(bar + notes, "Document", 0.8, 0.15, at, None)
+    assert twice.chosen is None and twice.error == "ambiguous_target"
+    # Twice on one row (a toolbar beside the menu bar): two places too.
+    again = item_by_place([*bar, word("Document", 450, 20, 0)], "Document", 0.8, 0.15, at,
+                          None)
+    assert again.chosen is None and again.error == "ambiguous_target"
+    # "Fichier" misread "ici": the run "ici Edition" holds the chosen word, one place.
+    misread = [word("ici", 132, 20, 0), *menu_bar(100, 20, 0)[1:]]
+    assert item_by_place(misread, "Edition", 0.8, 0.15, (196, 26), None).chosen
+    # A label's own spaces are narrower: "Enregistrer sous" is never "Enregistrer".
+    sous = [word("Enregistrer", 100, 20, 0), word("sous...", 192, 20, 0)]
+    assert item_by_place(sous, "Enregistrer", 0.8, 0.15, (144, 26), None).chosen is None
+
+
+def test_a_long_label_is_matched_across_the_ocr_lines_of_one_row() -> None:
+    """A banner read as two OCR lines, its colon lost (a wide gap): one candidate."""
+    words = [word("Attention", 100, 50, 0), word("vous", 200, 50, 1),
+             word("utilisez", 236, 50, 1), word("le", 304, 50, 1),
+             word("compte", 324, 50, 1), word("administrateur.", 380, 50, 1)]
+    label = "Attention : vous utilisez le compte administrateur."
+    (best, *_rest) = candidates(words, label)
+    assert best.score >= 0.95 and best.box[0] == 100
+    assert decide(candidates(words, label), label).chosen is not None
+
+
+def test_a_word_read_in_pieces_is_read_again_closer() -> None:
+    """"Docume" (a letter lost at a small size): its phrase is read again alone, at a
+    larger scale, and the label found there; the rest of the reading stands."""
+    img = Image.new("RGB", (1920, 1080), "white")
+    full = [word("Docume", 300, 200, 0), word("Annuler", 300, 600, 1)]
+    reads: list[tuple[int, int]] = []
+
+    def read(image: Image.Image) -> list[Word]:
+        reads.append(image.size)
+        if image.size == (1920, 1080):
+            return full
+        return [word("Document", 2 * 24, 2 * 7, 0, h=24)] if image.size[1] < 60 else []
+
+    (closer,) = read_closer(full, candidates(full, "Document"), 0.8, (1920, 1080))
+    x, y, w, h = closer.crop
+    assert x <= 300 and x + w >= 348 and y <= 200 and y + h >= 212 and closer.scale > 1
+    found = resolve_point(TargetSpec(by_text="Document"), img, (0, 0), (0, 0, 1920, 1080),
+                          (1.0,), 0.85, TextSettings(read))
+    assert found.found and found.box is not None, found
+    assert 300 <= (found.x or 0) <= 370 and 200 <= (found.y or 0) <= 212, found
+    # Read closer, still nearly the label: not found, and nothing else clicked.
+    full[0] = word("Dacu", 300, 200, 0)
+    missed = resolve_point(TargetSpec(by_text="Document"), img, (0, 0), (0, 0, 1920, 1080),
+                           (1.0,), 0.85, TextSettings(lambda i: full if i.size == (1920, 1080)
+                                                      else [word("Dacu", 40, 10, 0)]))
+    assert not missed.found and missed.error == "target_not_found"
 
 
 def test_one_good_place_is_chosen_and_a_failure_says_what_was_seen() -> None:

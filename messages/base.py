@@ -13,7 +13,10 @@ _REGISTRY: dict[str, type[Message]] = {}
 class Message(BaseModel):
     """A message body; a subclass names its wire type: ``class Ping(Message, type_name="ping")``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built when it is first used. Every process imports
+    # every model (the codec decodes any type), and building them all was most of the time
+    # a tree spends starting, on every process at once.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type_name: ClassVar[str] = ""
 

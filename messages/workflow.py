@@ -40,7 +40,7 @@ ACTION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class TargetSpec(_Strict):
@@ -103,7 +103,7 @@ class PauseSafety(BaseModel):
     """The optional safety fields of a pause_for_human's parameters (docs/screens-and-pauses.md);
     its other parameters (``message``, ...) are not looked at here."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     safety_level: SafetyLevel | None = None
     safety_checks: list[DeclaredCheck] | None = Field(None, max_length=50)

@@ -62,13 +62,35 @@ def lea_env(tmp_path: Path) -> dict[str, str]:
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
 
+LOG_TAIL_LINES = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the tail of every process it spawned: on CI that
+    output is all there is to tell a slow start from a crash."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    logs: list[Path] = getattr(item, "spawned_logs", [])
+    if report.when != "call" or not report.failed or not logs:
+        return
+    for log in logs:
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        except OSError as e:
+            lines = [f"(unreadable: {e})"]
+        report.sections.append((f"spawned {log.name} (last {LOG_TAIL_LINES} lines)",
+                                "\n".join(lines)))
+
+
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Spawn]:
+def spawn(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Spawn]:
     """Start a real process (``spawn(argv, env=...)``); every one is killed at teardown.
 
-    Output goes to a log file under tmp_path, printed if the test fails.
+    Output goes to a log file under tmp_path, whose tail the report shows if the test fails.
     """
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    request.node.spawned_logs = []
 
     def _spawn(argv: list[str], env: dict[str, str] | None = None, name: str = "proc",
                **kwargs: object) -> subprocess.Popen[bytes]:
@@ -81,6 +103,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         )
         out.close()
         procs.append((proc, log))
+        request.node.spawned_logs.append(log)
         return proc
 
     yield _spawn

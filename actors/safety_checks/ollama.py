@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-import ollama
 from pydantic import ValidationError
 
 from actors.safety_checks.llm import LlmFailure, LlmQuery, LlmReply
+
+if TYPE_CHECKING:
+    import httpx
+    import ollama
 
 # Low temperature: the same screen should give the same checklist. Room for 3 checks in JSON.
 OPTIONS: dict[str, Any] = {"temperature": 0.1, "num_predict": 512}
@@ -34,6 +36,12 @@ class OllamaClient:
 
     def generate(self, query: LlmQuery) -> LlmReply:
         """Blocks up to ``query.timeout_s``; call it from a worker thread, not an event loop."""
+        # Imported at the first query, not at start: the client library costs more CPU to
+        # import than the rest of the actor, and a tree starts every actor at once.
+        global httpx, ollama
+        import httpx
+        import ollama
+
         started = time.monotonic()
 
         def elapsed_ms() -> float:

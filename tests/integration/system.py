@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from actors import ACTORS
 from agent.effects import read_effects
 from cli.ping import service_pid
@@ -106,7 +108,7 @@ class System:
     """The tree plus agents; ``call`` talks to any service through the broker."""
 
     def __init__(self, spawn: Spawn, env: dict[str, str], tmp: Path,
-                 extra_env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> None:
+                 extra_env: dict[str, str] | None = None, ready_timeout: float = 60.0) -> None:
         self.spawn = spawn
         self.tmp = tmp
         # extra_env last: it may override the defaults above (the restart intensity...).
@@ -114,7 +116,18 @@ class System:
                     **(extra_env or {})}
         self.tree = spawn(python_argv("run.py"), env=self.env, name="tree")
         self.client = SyncClient(self.env["LEA_MDP_ENDPOINT"])
-        wait_until(lambda: all(self.pid(name) for name in ACTORS), timeout=ready_timeout)
+        ready: set[str] = set()
+
+        def all_ready() -> bool:
+            ready.update(name for name in ACTORS if name not in ready and self.pid(name))
+            return len(ready) == len(ACTORS)
+
+        try:
+            wait_until(all_ready, timeout=ready_timeout)
+        except pytest.fail.Exception:
+            missing = sorted(set(ACTORS) - ready)
+            pytest.fail(f"the tree did not serve within {ready_timeout}s: no answer from "
+                        f"{', '.join(missing)} (their logs are the tree's, below)")
 
     # Processes -------------------------------------------------------------------------------
 

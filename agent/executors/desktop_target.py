@@ -40,7 +40,9 @@ from dataclasses import dataclass, replace
 from PIL import Image, ImageOps
 
 from agent.anchor import AnchorError, decode_anchor, find_anchor
+from agent.grounding.bands import coloured_bands
 from agent.grounding.text import (
+    CLOSER_SCALE,
     DEFAULT_MARGIN,
     DEFAULT_MIN_SCORE,
     MAX_NEAR_MISSES,
@@ -266,10 +268,18 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
             for closer in read_closer(words, found, text.min_score, image.size):
                 words = with_closer_reading(words, closer.crop, _closer_words(
                     text.read, image, closer.crop, closer.scale, label))
+            found = candidates(words, label)
+            decision = decide(found, label, text.min_score, text.margin, recorded)
+            if decision.error == "target_not_found":
+                # Light text on a coloured band (a warning banner) may not have been read
+                # at all: each band is read apart (docs/grounding.md, "Coloured bands").
+                for band in coloured_bands(image):
+                    words = with_closer_reading(words, band, _closer_words(
+                        text.read, image, band, CLOSER_SCALE, label))
+                found = candidates(words, label)
+                decision = decide(found, label, text.min_score, text.margin, recorded)
         except Exception as exc:
             return _ocr_failed(exc, ms())
-        found = candidates(words, label)
-        decision = decide(found, label, text.min_score, text.margin, recorded)
     if decision.error == "target_not_found" and (recorded or spec.anchor_image_base64):
         # One item of a row of items (a menu bar), where the recording points at it
         # (docs/grounding.md, "Items of a menu bar").

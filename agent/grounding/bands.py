@@ -1,0 +1,45 @@
+"""Bands of colour across a screen, where light text on a coloured ground may stand.
+
+A warning banner (white on red) is read poorly, or not at all, in the reading of the whole
+monitor, and well alone in a crop of its band: when a label is not found, the bands are
+read again apart (docs/grounding.md, "Coloured bands"). Pure: an image in, boxes out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from agent.grounding.text import Box
+
+MIN_SATURATION = 80
+"""A pixel is coloured from this HSV saturation (0-255): greys, white and black are 0."""
+MIN_WIDTH = 200
+"""A row is part of a band when at least this many of its pixels are coloured."""
+BAND_HEIGHT = (12, 80)
+"""A band's height in pixels: lower is a rule or an underline, higher is a picture or a
+coloured window, no banner."""
+MAX_BANDS = 3
+"""At most this many bands are read (the widest): each costs a reading of its crop."""
+PAD = 6
+"""Pixels added around a band: the crop holds the band's edge as a frame for its text."""
+
+
+def coloured_bands(image: Image.Image, cap: int = MAX_BANDS) -> list[Box]:
+    """The widest ``cap`` bands of coloured rows of ``image``, each as the box around its
+    coloured pixels with ``PAD`` around it, in ``image``'s pixels; top to bottom."""
+    coloured = np.asarray(image.convert("HSV").getchannel("S")) >= MIN_SATURATION
+    full = coloured.sum(axis=1) >= MIN_WIDTH
+    # Runs of full rows: where a row starts or ends one.
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
+    found: list[Box] = []
+    for top, bottom in zip(edges[::2], edges[1::2], strict=True):
+        if not BAND_HEIGHT[0] <= bottom - top <= BAND_HEIGHT[1]:
+            continue
+        columns = np.flatnonzero(coloured[top:bottom].any(axis=0))
+        left = max(0, int(columns[0]) - PAD)
+        right = min(image.width, int(columns[-1]) + 1 + PAD)
+        upper, lower = max(0, int(top) - PAD), min(image.height, int(bottom) + PAD)
+        found.append((left, upper, right - left, lower - upper))
+    widest = sorted(found, key=lambda b: -b[2])[:cap]
+    return sorted(widest, key=lambda b: b[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,10 +21,32 @@ from tests.xdisplay import xdisplay  # noqa: F401 - the X display fixture, for e
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_PICK = random.SystemRandom()
+LOWEST_PORT = 10000
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux: 32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range: a port the kernel chose (bind to
+    0) is one it may give, seconds later, to an outgoing connection, and the process the
+    test starts then finds it taken (seen: a console's port taken before it listened)."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = _PICK.randrange(LOWEST_PORT, low) if low > LOWEST_PORT + 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

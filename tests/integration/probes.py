@@ -26,7 +26,17 @@ from messages.replay import ReplaySummary
 from tests.conftest import ROOT, python_argv, wait_until
 from tests.integration.system import Agent, System
 from transport.bus import Subscriber
-from transport.client import CallFailed
+from transport.client import CallFailed, SyncClient
+
+
+def serves(client: SyncClient, service: str, timeout_s: float = 1.0) -> bool:
+    """Whether the broker has a worker for ``service`` now (``mmi.service``). A broker that
+    does not answer yet (still starting, on a loaded machine) is a "not yet", not a failure:
+    for ``wait_until``."""
+    try:
+        return client.raw("mmi.service", service.encode(), timeout_s=timeout_s) == [b"200"]
+    except CallFailed:
+        return False
 
 
 def reports(system: System, replay_id: str | None = None) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import zmq
 from messages import ErrorReply, Pong, decode, encode
 from messages.control import Ping
 from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.probes import serves
 from transport import mdp
 from transport.client import SyncClient
 
@@ -46,7 +47,7 @@ def tree_part(spawn: Spawn, lea_env: dict[str, str]) -> dict[str, str]:
     spawn(python_argv("-m", "broker"), env=lea_env, name="broker")
     spawn(python_argv("-m", "actors", "watchdog"), env=lea_env, name="watchdog")
     client = SyncClient(lea_env["LEA_MDP_ENDPOINT"])
-    wait_until(lambda: client.raw("mmi.service", b"watchdog", timeout_s=1.0) == [b"200"])
+    wait_until(lambda: serves(client, "watchdog"))
     client.close()
     return lea_env
 

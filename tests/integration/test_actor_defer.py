@@ -13,6 +13,7 @@ from messages import Pong, events
 from messages.control import Ping
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
 from tests.fixtures.defer_actor import SlowJob
+from tests.integration.probes import serves
 from transport.bus import Subscriber
 from transport.client import CallFailed, SyncClient
 
@@ -27,8 +28,7 @@ def probe(spawn: Spawn, lea_env: dict[str, str]) -> Iterator[tuple[SyncClient, S
     ctx: zmq.Context[Any] = zmq.Context()
     client = SyncClient(lea_env["LEA_MDP_ENDPOINT"], ctx)
     sub = Subscriber(ctx, lea_env["LEA_BUS_OUT_ENDPOINT"], events.BAD_MESSAGE)
-    wait_until(lambda: client.raw("mmi.service", SERVICE.encode(), timeout_s=1.0) == [b"200"],
-               timeout=20)
+    wait_until(lambda: serves(client, SERVICE), timeout=20)
     yield client, sub
     assert actor.poll() is None, "the actor died"
     client.close()

@@ -41,6 +41,7 @@ from messages.replay import Ack
 from messages.workflow import Action
 from runtime.settings import Settings
 from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.probes import serves
 from transport.client import SyncClient
 from transport.worker import Worker
 
@@ -179,7 +180,7 @@ def system(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> Any:
     dispatcher = FakeDispatcher(door)
     dispatcher.start()
     client = SyncClient(endpoint)
-    wait_until(lambda: client.raw("mmi.service", b"dispatcher", timeout_s=1.0) == [b"200"],
+    wait_until(lambda: serves(client, "dispatcher"),
                timeout=20)
     yield System(spawn, lea_env, tmp_path, dispatcher, client)
     client.close()

@@ -35,6 +35,7 @@ from messages.replay import (
     StartReplay,
 )
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
+from tests.integration.probes import serves
 from tests.integration.system import Agent, System, clicks, workflow
 from tests.integration.transport_checks import (
     Bus,
@@ -241,8 +242,7 @@ def test_workers_never_see_routing_ids_and_none_can_be_taken_over(tree: CurveTre
     for sock in (worker, local, thief):
         sock.setsockopt(zmq.LINGER, 0)
     try:
-        wait_until(lambda: tree.system.client.raw("mmi.service", b"agent.rogue",
-                                                  timeout_s=1.0) == [b"200"], timeout=15)
+        wait_until(lambda: serves(tree.system.client, "agent.rogue"), timeout=15)
         local.send_multipart(mdp.client_request(b"agent.rogue", b"ping-1"))
         assert worker.poll(10_000)
         frames = _skip_heartbeats(worker)

@@ -27,6 +27,7 @@ from PIL import Image, ImageDraw
 
 from messages.loop import LoopVerdict, ObserveStep
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
+from tests.integration.probes import serves
 from transport.client import SyncClient
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("open_clip") is None,
@@ -132,7 +133,7 @@ def clip_actor(spawn: Spawn, lea_env: dict[str, str], checkpoint: Path
     proc = spawn(python_argv("-m", "actors", "loop_detector"), env=env, name="loop_detector")
     ctx: zmq.Context[Any] = zmq.Context()
     client = SyncClient(env["LEA_MDP_ENDPOINT"], ctx)
-    wait_until(lambda: client.raw("mmi.service", b"loop_detector", timeout_s=1.0) == [b"200"],
+    wait_until(lambda: serves(client, "loop_detector"),
                timeout=30)
     yield client, env
     assert proc.poll() is None

@@ -18,6 +18,7 @@ from messages.control import Ping
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.replay import Ack
 from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.probes import serves
 from transport import mdp
 from transport.bus import Subscriber
 from transport.client import CallFailed, SyncClient
@@ -53,8 +54,7 @@ class Detector:
         self.proc = spawn(python_argv("-m", "actors", "loop_detector"), env=self.env,
                           name="loop_detector")
         self.client = SyncClient(self.env["LEA_MDP_ENDPOINT"], self.ctx)
-        wait_until(lambda: self.client.raw("mmi.service", b"loop_detector",
-                                           timeout_s=1.0) == [b"200"], timeout=20)
+        wait_until(lambda: serves(self.client, "loop_detector"), timeout=20)
 
     def observe(self, s: ObserveStep) -> LoopVerdict:
         reply = self.client.call("loop_detector", s, timeout_s=5.0).body

@@ -27,6 +27,7 @@ from messages.monitor import (
 )
 from messages.replay import Ack
 from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.probes import serves
 from transport.bus import Subscriber
 from transport.client import SyncClient
 
@@ -86,8 +87,7 @@ def router(spawn: Spawn, lea_env: dict[str, str]) -> Iterator[Router]:
     spawn(python_argv("-m", "broker"), env=lea_env, name="broker")
     spawn(python_argv("-m", "actors", "monitor_router"), env=lea_env, name="monitor_router")
     r = Router(lea_env)
-    wait_until(lambda: r.client.raw("mmi.service", b"monitor_router", timeout_s=1.0)
-               == [b"200"])
+    wait_until(lambda: serves(r.client, "monitor_router"))
     # the bus subscription is live once a fresh event comes through
     wait_until(lambda: r.resolve(action_id="probe") and any(
         e.data.get("action_id") == "probe" for e in _drain(r)), 10)

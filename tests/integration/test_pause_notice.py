@@ -17,6 +17,7 @@ from messages.base import Message
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.replay import Ack, SafetyCheck
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
+from tests.integration.probes import serves
 from tests.xdisplay import XDisplayFactory
 from transport.client import SyncClient
 
@@ -79,7 +80,7 @@ def _agent(spawn: Spawn, env: dict[str, str]) -> SyncClient:
     spawn(python_argv("-m", "broker"), env=env, name="broker")
     spawn(python_argv("-m", "agent", "--machine-id", "W1"), env=env, name="agent")
     client = SyncClient(env["LEA_MDP_ENDPOINT"])
-    wait_until(lambda: client.raw("mmi.service", b"agent.W1", timeout_s=1.0) == [b"200"])
+    wait_until(lambda: serves(client, "agent.W1"))
     return client
 
 

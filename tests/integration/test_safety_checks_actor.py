@@ -27,6 +27,7 @@ from messages.events import Event
 from messages.safety import BuildPausePayload, PausePayload, ReplayContext
 from messages.workflow import Action
 from tests.conftest import ROOT, free_port, python_argv, wait_until
+from tests.integration.probes import serves
 from transport import mdp
 from transport.bus import Subscriber
 from transport.client import CallFailed, SyncClient
@@ -109,8 +110,7 @@ def tree(tmp: Path, **extra_env: str) -> Iterator[Tree]:
     client = SyncClient(env["LEA_MDP_ENDPOINT"], ctx)
     sub = Subscriber(ctx, env["LEA_BUS_OUT_ENDPOINT"], "lea:")
     try:
-        wait_until(lambda: client.raw("mmi.service", SERVICE.encode(), timeout_s=1.0)
-                   == [b"200"], timeout=20)
+        wait_until(lambda: serves(client, SERVICE), timeout=20)
         wait_until(lambda: bus_reaches_us(client, sub), timeout=20)
         yield Tree(env, procs, client, sub, ctx)
         assert procs[1].poll() is None, "the actor died"

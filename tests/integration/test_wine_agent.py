@@ -18,6 +18,7 @@ import psutil
 from agent.effects import read_effects
 from messages.replay import PauseReplay, ResumeReplay
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
+from tests.integration.probes import serves
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import (
     accepted,
@@ -172,8 +173,7 @@ def test_the_folder_installed_as_the_readme_says_serves_over_curve(
         ["cmd", "/c", windows_path(launcher), "--executor", "simulated", "--effects-log",
          windows_path(effects)], log, env=agent_bundle.wine.env(PYTHONUNBUFFERED="1"))
     try:
-        wait_until(lambda: system.client.raw("mmi.service", b"agent.WS12", timeout_s=1.0)
-                   == [b"200"], timeout=180)
+        wait_until(lambda: serves(system.client, "agent.WS12"), timeout=180)
         ping = subprocess.run(python_argv("run.py", "ping", "agent.WS12"), env=system.env,
                               cwd=ROOT, capture_output=True, text=True, timeout=60,
                               check=False)

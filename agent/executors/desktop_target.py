@@ -254,6 +254,7 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
         words = text.read(image)
     except Exception as exc:  # an engine failure is a failed search, never a crash
         return _ocr_failed(exc, ms())
+    whole = words  # the whole monitor's reading, before any part is read again
     recorded = None
     if spec.x_pct is not None and spec.y_pct is not None:
         x, y = point_at_pct(area, spec.x_pct, spec.y_pct)
@@ -291,8 +292,14 @@ def _by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int
             except AnchorError as exc:
                 return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
             anchor_box = (match.left, match.top, match.w, match.h) if match.found else None
-        item = item_by_place(words, label, text.min_score, text.margin,
-                             recorded if anchor_box is None else None, anchor_box)
+        place = recorded if anchor_box is None else None
+        item = item_by_place(words, label, text.min_score, text.margin, place, anchor_box)
+        if item.error == "target_not_found" and words is not whole:
+            # Read closer, a menu bar's titles may come out closer together than on the
+            # whole monitor, one phrase again: its items as the whole reading set them,
+            # with the rivals of both readings.
+            item = item_by_place(whole, label, text.min_score, text.margin, place,
+                                 anchor_box, also=words)
         if item.chosen is not None or item.error == "ambiguous_target":
             decision = item
     elif decision.error != "target_not_found" and spec.anchor_image_base64:

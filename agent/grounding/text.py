@@ -493,14 +493,16 @@ def with_closer_reading(words: Sequence[Word], crop: Box, again: Sequence[Word])
 
 
 def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: float,
-                  recorded: tuple[float, float] | None, anchor: Box | None) -> Decision:
+                  recorded: tuple[float, float] | None, anchor: Box | None,
+                  also: Sequence[Word] = ()) -> Decision:
     """The label as one item of a row of items set about a text height apart (a menu
     bar: closer than ``PHRASE_GAP``, so one phrase), taken only where the recording
     points at it: under the anchor's match, or else within ``NEAR`` text heights of the
     recorded position. Terminal text sets its words as far apart, so such a cut alone
     would make a word of a sentence a control: without the place it is never acted on,
     and a second place where the label reads as a run of words, in any phrase, is a
-    rival (docs/grounding.md, "Items of a menu bar")."""
+    rival (docs/grounding.md, "Items of a menu bar"). ``also``: another reading of the
+    same monitor, whose runs of words are rivals too."""
     loose = [c for c in _candidates(phrases(words, ITEM_GAP), label,
                                     max(1, len(normalise(label).split())))
              if c.score >= min_score]
@@ -511,7 +513,8 @@ def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: f
     best = max(loose, key=lambda c: c.score)
     # A run that takes in the chosen words ("ici Édition" for a misread "Fichier
     # Édition") is the same place, not a second one.
-    runs = [c for c in _runs(words, label, min_score - margin) if not _overlap(best.box, c.box)]
+    runs = [c for reading in (words, also) for c in _runs(reading, label, min_score - margin)
+            if not _overlap(best.box, c.box)]
     if runs:
         return Decision(None, (best, *runs), error="ambiguous_target",
                         detail=f"{label!r} reads as an item at {best.describe()}, and also "

@@ -37,9 +37,11 @@ from typing import Any
 from PIL import Image
 
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
-from agent.executors.desktop_target import TextSettings, resolve_point
+from agent.executors.desktop_target import resolve_point
+from agent.executors.desktop_text import TextSettings
+from agent.grounding.second_look import MAX_NEAR_MISSES
 from agent.grounding.tesseract import PSM, UPSCALE, TesseractReader
-from agent.grounding.text import MAX_NEAR_MISSES, normalise
+from agent.grounding.text import normalise
 from bench.grounding_record import NOTES, H, W
 from messages.workflow import TargetSpec
 from tests.fixtures.labelled_form import TEXTS

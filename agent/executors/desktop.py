@@ -48,12 +48,11 @@ from agent.executors.desktop_keys import InputSpecError, normalise_keys, typing_
 from agent.executors.desktop_target import (
     MONITOR_UNAVAILABLE,
     Area,
-    Resolved,
-    TextSettings,
     blind_elsewhere,
     resolve_point,
     target_area,
 )
+from agent.executors.desktop_text import Resolved, TextSettings
 from agent.executors.window_guard import (
     WRONG_WINDOW,
     GuardSpecError,

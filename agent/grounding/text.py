@@ -17,7 +17,8 @@ Pure: words in, a decision out (docs/grounding.md explains the rules and their f
    is still at it (within ``NEAR`` text heights) and every other is far from it
    (``TWIN_GAP`` text heights): once a form is rearranged, the twin now nearest the
    recorded place may be the other one. An anchor that matches elsewhere than the chosen
-   text is a disagreement, not a tie-break. Nothing breaks the tie:
+   text is a disagreement, not a tie-break (``Decision.anchor_elsewhere``: the caller
+   looks at that place, agent/grounding/second_look.py). Nothing breaks the tie:
    ``ambiguous_target``; nothing good enough: ``target_not_found``. Either way the caller
    does not act, and the reason lists what was seen.
 """
@@ -42,10 +43,6 @@ NEAR = 2.0
 TWIN_GAP = 8.0
 """A recorded position breaks a tie if one candidate is within ``NEAR`` text heights of it
 and every other beyond ``TWIN_GAP``."""
-LOOK_AGAIN = ((20.0, 5.0, 1.0), (13.0, 3.5, 1.5), (7.0, 2.2, 1.5))
-"""What is read again around the recorded position: half width and half height in text
-heights, and a scale. Several, because Tesseract reads a short word beside a button's
-bevel in one crop and not in the next (an "OK" read "fe)" on the full screen)."""
 PHRASE_GAP = 1.2
 """Two words of one line farther apart than this many text heights are two phrases. A
 space is under half a text height, two controls' texts are twice as far apart or more
@@ -63,28 +60,12 @@ MAX_EXTRA_WORDS = 2
 """A span may have this many words more than the label (OCR splits words)."""
 SEEN = 3
 """How many of the nearest texts a failure lists."""
-NEAR_MISS_CONF = 0.8
-"""A word read with less confidence than this may be anything, the label included."""
-NEAR_MISS_SIMILAR = 0.5
-"""A word this similar to the label (but not a rival) may be the label misread."""
-NEAR_MISS_HEIGHT = (0.6, 1.6)
-NEAR_MISS_WIDTH = (0.3, 2.0)
-"""A near miss has about the chosen text's size: its height and width over the chosen's."""
-NEAR_MISS_CROP = (3.0, 1.2, 2.0)
-"""A near miss is read again in a crop of this half width and half height (text heights,
-and at least the chosen text's half width) around it, at this scale: alone in a tight
-crop, the "OK" read "fe)" on the whole screen reads "OK" at every scale tried."""
 CLOSER_FROM = 0.4
 CLOSER_SCALE = 2.0
 MAX_CLOSER = 3
 """When the label is not found, the phrases of at most ``MAX_CLOSER`` candidates scoring
 from ``CLOSER_FROM`` are read again alone at ``CLOSER_SCALE``, as they are and inverted
 (:func:`read_closer`)."""
-MAX_NEAR_MISSES = 12
-"""At most this many near misses are read again before a click; more and the step is
-``ambiguous_target`` (docs/grounding.md, "Near misses": the cap is set from the set's
-counts, and a screen past it is one the OCR read too badly to trust a single match)."""
-
 _LIGATURES = str.maketrans({"œ": "oe", "Œ": "oe", "æ": "ae", "Æ": "ae", "ø": "o", "Ø": "o",
                             "ł": "l", "Ł": "l", "ß": "ss", "’": "'"})
 
@@ -127,6 +108,8 @@ class Decision:
     tie_broken_by: str | None = None
     error: str | None = None
     detail: str | None = None
+    anchor_elsewhere: bool = False
+    """The anchor image matched on none of the places read like the label."""
 
 
 def normalise(text: str) -> str:
@@ -186,7 +169,7 @@ def rows(words: Sequence[Word], gap_heights: float = SENTENCE_GAP) -> list[list[
     return out
 
 
-def _union(words: Sequence[Word]) -> Box:
+def union(words: Sequence[Word]) -> Box:
     left = min(w.box[0] for w in words)
     top = min(w.box[1] for w in words)
     right = max(w.box[0] + w.box[2] for w in words)
@@ -213,7 +196,7 @@ def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
         wide = _candidates(rows(words), label, n_label)
         kept: list[Candidate] = []
         for c in sorted([*found, *wide], key=lambda c: -c.score):
-            if not any(_contains(k.box, c.centre, 0) or _contains(c.box, k.centre, 0)
+            if not any(contains(k.box, c.centre, 0) or contains(c.box, k.centre, 0)
                        for k in kept):
                 kept.append(c)
         found = kept
@@ -236,7 +219,7 @@ def _spans(group: Sequence[Word], target: str,
 
 def _candidate(chosen: Sequence[Word], score: float) -> Candidate:
     return Candidate(" ".join(w.text for w in chosen), round(score, 4),
-                     round(min(w.conf for w in chosen), 4), _union(chosen))
+                     round(min(w.conf for w in chosen), 4), union(chosen))
 
 
 def _runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
@@ -271,11 +254,11 @@ def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Can
     return found
 
 
-def _overlap(a: Box, b: Box) -> bool:
+def overlap(a: Box, b: Box) -> bool:
     return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 
 
-def _contains(box: Box, point: tuple[float, float], pad: float) -> bool:
+def contains(box: Box, point: tuple[float, float], pad: float) -> bool:
     left, top, w, h = box
     return left - pad <= point[0] <= left + w + pad and top - pad <= point[1] <= top + h + pad
 
@@ -297,12 +280,13 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
     if anchor is not None:
         centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
         pad = max(anchor[2], anchor[3]) / 4
-        under = [c for c in contenders if _contains(c.box, centre, pad)]
+        under = [c for c in contenders if contains(c.box, centre, pad)]
         if not under:
             return Decision(None, ranked, error="ambiguous_target",
                             detail=f"the anchor image is at ({anchor[0]},{anchor[1]},"
                                    f"{anchor[2]}x{anchor[3]}), on none of the places that "
-                                   f"read like {label!r}: " + seen(contenders))
+                                   f"read like {label!r}: " + seen(contenders),
+                            anchor_elsewhere=True)
     if len(contenders) == 1:
         return Decision(best, ranked, tie_broken_by="anchor" if under else None)
     pick: Candidate | None = None
@@ -322,122 +306,6 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
                                f"an anchor nor the recorded position tells them apart{why}: "
                                + seen(contenders))
     return Decision(pick, ranked, tie_broken_by=how)
-
-
-def look_again_boxes(chosen: Candidate, recorded: tuple[float, float] | None,
-                     size: tuple[int, int]) -> list[tuple[Box, float]]:
-    """Where to read again, and at which scale, before acting on ``chosen`` away from the
-    recorded position: the OCR may have misread a twin still standing there
-    (docs/grounding.md). Empty: ``chosen`` is at the recorded position, or there is none."""
-    if recorded is None:
-        return []
-    h = chosen.box[3]
-    if math.dist(chosen.centre, recorded) <= NEAR * h:
-        return []
-    out = []
-    for half_w_h, half_h_h, scale in LOOK_AGAIN:
-        half_w, half_h = max(half_w_h * h, 60), max(half_h_h * h, 20)
-        left, top = max(0, int(recorded[0] - half_w)), max(0, int(recorded[1] - half_h))
-        right = min(size[0], int(recorded[0] + half_w))
-        bottom = min(size[1], int(recorded[1] + half_h))
-        if right - left >= 8 and bottom - top >= 8:
-            out.append(((left, top, right - left, bottom - top), scale))
-    return out
-
-
-def twin_seen_again(chosen: Candidate, again: Sequence[Candidate], label: str,
-                    min_score: float,
-                    where: str = "away from the recorded position, and also near that "
-                                 "position") -> Decision | None:
-    """``ambiguous_target`` if the second reading found the label somewhere ``chosen`` is
-    not (``again`` in the same pixels as ``chosen``), else None. ``where`` says which
-    second reading it was."""
-    pad = chosen.box[3] / 2
-    twins = [c for c in again if c.score >= min_score
-             and not _contains(chosen.box, c.centre, pad)]
-    if not twins:
-        return None
-    return Decision(None, (chosen, *twins), error="ambiguous_target",
-                    detail=f"{label!r} was read at {chosen.describe()}, {where}: "
-                           + seen(twins))
-
-
-@dataclass(frozen=True, slots=True)
-class NearMiss:
-    """A place where another copy of the label may have been misread: ``spot`` (what was
-    read there, ``read_as``), read again in ``crop`` at ``scale``."""
-
-    spot: Box
-    read_as: str
-    crop: Box
-    scale: float
-
-
-def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candidate,
-                label: str, min_score: float, size: tuple[int, int]) -> list[NearMiss]:
-    """Where to read again before acting on ``chosen``: the places of about its size that
-    the OCR read unsurely (low confidence) or as something like the label (a candidate
-    between ``NEAR_MISS_SIMILAR`` and ``min_score``), away from every place already read
-    as the label. A short label misread ("OK" as "fe)") scores nothing, so only the
-    reading's confidence and size tell that another copy may stand there
-    (docs/grounding.md, "Near misses"). The crop holds the whole phrase around the spot:
-    a crop cutting "Enregistrer sous…" would read "Enregistrer"."""
-    known = [c.box for c in found if c.score >= min_score]
-    _, _, cw, ch = chosen.box
-    spots: list[tuple[Box, str]] = [(c.box, c.text) for c in found
-                                    if NEAR_MISS_SIMILAR <= c.score < min_score]
-    by_line = phrases(words)
-    for phrase in by_line:
-        spots.extend((w.box, w.text) for w in phrase if w.conf < NEAR_MISS_CONF)
-    out: list[NearMiss] = []
-    for spot, text in spots:
-        x, y, ww, wh = spot
-        centre = (x + ww / 2, y + wh / 2)
-        if any(_contains(box, centre, ch / 2) for box in known):
-            continue
-        if not (NEAR_MISS_HEIGHT[0] * ch <= wh <= NEAR_MISS_HEIGHT[1] * ch
-                and NEAR_MISS_WIDTH[0] * cw <= ww <= NEAR_MISS_WIDTH[1] * cw):
-            continue
-        phrase_box = next((_union(p) for p in by_line
-                           if any(_contains(w.box, centre, 0) for w in p)), spot)
-        left, top, pw, ph = phrase_box
-        half_w = max(NEAR_MISS_CROP[0] * ch, cw / 2 + ch)
-        half_h = NEAR_MISS_CROP[1] * max(ch, wh)
-        crop_left = max(0, int(min(left - ch, centre[0] - half_w)))
-        crop_top = max(0, int(min(top, centre[1] - half_h)))
-        crop_right = min(size[0], int(max(left + pw + ch, centre[0] + half_w)) + 1)
-        crop_bottom = min(size[1], int(max(top + ph, centre[1] + half_h)) + 1)
-        if crop_right - crop_left >= 8 and crop_bottom - crop_top >= 8:
-            out.append(NearMiss(spot, text, (crop_left, crop_top, crop_right - crop_left,
-                                             crop_bottom - crop_top), NEAR_MISS_CROP[2]))
-    return out
-
-
-def too_many_near_misses(chosen: Candidate, misses: Sequence[NearMiss], label: str,
-                         cap: int = MAX_NEAR_MISSES) -> Decision | None:
-    """``ambiguous_target`` when more than ``cap`` places would have to be read again: an
-    unchecked place may hold another copy, so no click rather than a partial check."""
-    if len(misses) <= cap:
-        return None
-    shown = ", ".join(f"{m.read_as!r} at ({m.spot[0]},{m.spot[1]})" for m in misses[:SEEN])
-    return Decision(None, (chosen,), error="ambiguous_target",
-                    detail=f"{label!r} was read at {chosen.describe()}, but {len(misses)} "
-                           f"places of its size were read unsurely or nearly like it (more "
-                           f"than {cap} to read again), e.g. {shown}")
-
-
-def near_miss_is_label(chosen: Candidate, miss: NearMiss, again: Sequence[Candidate],
-                       label: str, min_score: float) -> Decision | None:
-    """``ambiguous_target`` if the near miss, read again (``again``, in the same pixels),
-    is the label; else None."""
-    x, y, w, h = miss.spot
-    hits = [c for c in again if c.score >= min_score
-            and _contains(c.box, (x + w / 2, y + h / 2), h / 2)]
-    if not hits:
-        return None
-    return Decision(None, (chosen, *hits), error="ambiguous_target",
-                    detail=f"{label!r} was read at {chosen.describe()}, and also, read again "
-                           f"closer, where {miss.read_as!r} was read unsurely: " + seen(hits))
 
 
 def seen(found: Sequence[Candidate]) -> str:
@@ -470,9 +338,9 @@ def read_closer(words: Sequence[Word], found: Sequence[Candidate], min_score: fl
             break
         if not CLOSER_FROM <= c.score < min_score:
             continue
-        phrase = next((p for p in by_line if any(_contains(w.box, c.centre, 0) for w in p)),
+        phrase = next((p for p in by_line if any(contains(w.box, c.centre, 0) for w in p)),
                       None)
-        left, top, w, h = _union(phrase) if phrase else c.box
+        left, top, w, h = union(phrase) if phrase else c.box
         th = c.box[3]
         crop_left, crop_top = max(0, int(left - 2 * th)), max(0, int(top - 0.6 * th))
         crop_right = min(size[0], int(left + w + 2 * th) + 1)
@@ -488,7 +356,7 @@ def with_closer_reading(words: Sequence[Word], crop: Box, again: Sequence[Word])
     read again, in the same pixels, on lines of their own)."""
     line0 = 1 + max((w.line for w in words), default=-1)
     kept = [w for w in words
-            if not _contains(crop, (w.box[0] + w.box[2] / 2, w.box[1] + w.box[3] / 2), 0)]
+            if not contains(crop, (w.box[0] + w.box[2] / 2, w.box[1] + w.box[3] / 2), 0)]
     return kept + [Word(w.text, w.conf, w.box, line0 + w.line) for w in again]
 
 
@@ -514,14 +382,14 @@ def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: f
     # A run that takes in the chosen words ("ici Édition" for a misread "Fichier
     # Édition") is the same place, not a second one.
     runs = [c for reading in (words, also) for c in _runs(reading, label, min_score - margin)
-            if not _overlap(best.box, c.box)]
+            if not overlap(best.box, c.box)]
     if runs:
         return Decision(None, (best, *runs), error="ambiguous_target",
                         detail=f"{label!r} reads as an item at {best.describe()}, and also "
                                "as words elsewhere: " + seen(runs))
     if anchor is not None:
         centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
-        at = _contains(best.box, centre, max(anchor[2], anchor[3]) / 4)
+        at = contains(best.box, centre, max(anchor[2], anchor[3]) / 4)
         how = "anchor"
     else:
         assert recorded is not None

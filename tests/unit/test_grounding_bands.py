@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from agent.executors.desktop_target import TextSettings, resolve_point
+from agent.executors.desktop_target import resolve_point
+from agent.executors.desktop_text import TextSettings
 from agent.grounding.bands import MAX_BANDS, PAD, coloured_bands
 from agent.grounding.text import candidates
 from messages.workflow import TargetSpec

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from PIL import Image
 
-from agent.executors.desktop_target import TextSettings, resolve_point
+from agent.executors.desktop_target import resolve_point
+from agent.executors.desktop_text import TextSettings
 from agent.grounding.text import Word, item_by_place
 from messages.workflow import TargetSpec
 

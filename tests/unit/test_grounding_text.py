@@ -12,19 +12,18 @@ import pytest
 from PIL import Image
 
 from agent.executors.desktop_config import ConfigError, DesktopConfig
-from agent.executors.desktop_target import TextSettings, resolution_order, resolve_point
+from agent.executors.desktop_target import resolution_order, resolve_point
+from agent.executors.desktop_text import TextSettings
+from agent.grounding.second_look import look_again_boxes, near_misses, twin_seen_again
 from agent.grounding.text import (
     Candidate,
     Word,
     candidates,
     decide,
     item_by_place,
-    look_again_boxes,
-    near_misses,
     normalise,
     phrases,
     read_closer,
-    twin_seen_again,
 )
 from messages.workflow import TargetSpec
 

@@ -260,7 +260,8 @@ class DesktopExecutor:
                 self._ocr = TextSettings(None, c.ocr_min_score, c.ocr_margin, str(exc))
             else:
                 logger.info("OCR ready: Tesseract {} ({})", reader.version, c.ocr_langs)
-                self._ocr = TextSettings(reader.read, c.ocr_min_score, c.ocr_margin)
+                self._ocr = TextSettings(reader.read, c.ocr_min_score, c.ocr_margin,
+                                         read_many=reader.read_many)
         return self._ocr
 
     def _not_found(self, action: Action, found: Resolved) -> ActionOutcome:

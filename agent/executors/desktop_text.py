@@ -51,6 +51,8 @@ OCR = "ocr"
 
 ReadWords = Callable[[Image.Image], list[Word]]
 """An OCR reader: the words on an image, boxes in its pixels (agent/grounding/)."""
+ReadMany = Callable[[Sequence[Image.Image]], list[list[Word]]]
+"""The same for several images at once (the second looks' crops, read in parallel)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,7 @@ class TextSettings:
     margin: float = DEFAULT_MARGIN
     unavailable: str = "no OCR engine on this agent"
     max_near_misses: int = MAX_NEAR_MISSES
+    read_many: ReadMany | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,31 +181,30 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         # Rivals the anchor set aside are not news when read again there.
         weighed = [c for c in decision.candidates if c.score >= chosen.score - text.margin
                    and c is not chosen] if decision.tie_broken_by == "anchor" else []
-        for box, scale in look_again_boxes(chosen, recorded, image.size):
-            try:
-                near = _read_part(text.read, image, box, scale)
-            except Exception as exc:
-                return _ocr_failed(exc, ms())
+        again = look_again_boxes(chosen, recorded, image.size)
+        misses = near_misses(words, found, chosen, label, text.min_score, image.size)
+        too_many = too_many_near_misses(chosen, misses, label, text.max_near_misses)
+        if too_many is not None:
+            decision, misses = too_many, []
+        # All read at once (two Tesseracts take turns), then judged in order: the same
+        # decision as reading one by one and stopping at the first twin.
+        try:
+            readings = _read_parts(text, image, [*again, *((m.crop, m.scale) for m in misses)])
+        except Exception as exc:
+            return _ocr_failed(exc, ms())
+        for near in readings[:len(again)]:
             twin = twin_seen_again(chosen, candidates(near, label), label, text.min_score,
                                    weighed)
             if twin is not None:
                 decision = twin
                 break
-        misses = [] if decision.chosen is None else \
-            near_misses(words, found, chosen, label, text.min_score, image.size)
-        too_many = too_many_near_misses(chosen, misses, label, text.max_near_misses)
-        if too_many is not None:
-            decision, misses = too_many, []
-        for miss in misses:
-            try:
-                near = _read_part(text.read, image, miss.crop, miss.scale)
-            except Exception as exc:
-                return _ocr_failed(exc, ms())
-            twin = near_miss_is_label(chosen, miss, candidates(near, label), label,
-                                      text.min_score)
-            if twin is not None:
-                decision = twin
-                break
+        else:
+            for miss, near in zip(misses, readings[len(again):], strict=True):
+                twin = near_miss_is_label(chosen, miss, candidates(near, label), label,
+                                          text.min_score)
+                if twin is not None:
+                    decision = twin
+                    break
     best = decision.chosen or (decision.candidates[0] if decision.candidates else None)
     score = None if best is None else best.score
     if decision.chosen is None:
@@ -239,16 +241,39 @@ def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float,
                invert: bool = False) -> list[Word]:
     """The words of a part of ``image``, read at ``scale`` (inverted if ``invert``), in
     ``image``'s pixels."""
+    return _in_image(read(_part(image, box, scale, invert)), box, scale)
+
+
+def _read_parts(text: TextSettings, image: Image.Image,
+                parts: Sequence[tuple[Rect, float]]) -> list[list[Word]]:
+    """The words of each part (a box and a scale), at once if the reader can."""
+    if not parts:
+        return []
+    assert text.read is not None
+    images = [_part(image, box, scale) for box, scale in parts]
+    readings = (text.read_many(images) if text.read_many is not None and len(images) > 1
+                else [text.read(one) for one in images])
+    return [_in_image(words, box, scale) for words, (box, scale) in zip(readings, parts,
+                                                                        strict=True)]
+
+
+def _part(image: Image.Image, box: Rect, scale: float, invert: bool = False) -> Image.Image:
     left, top, w, h = box
     part = image.crop((left, top, left + w, top + h))
     if invert:
         part = ImageOps.invert(part.convert("RGB"))
     if scale != 1.0:
         part = part.resize((round(w * scale), round(h * scale)), Image.Resampling.BICUBIC)
+    return part
+
+
+def _in_image(words: Sequence[Word], box: Rect, scale: float) -> list[Word]:
+    """Words read on a part (:func:`_part`), in the whole image's pixels."""
+    left, top = box[0], box[1]
     return [replace(word, box=(left + round(word.box[0] / scale), top + round(word.box[1] / scale),
                                max(1, round(word.box[2] / scale)),
                                max(1, round(word.box[3] / scale))))
-            for word in read(part)]
+            for word in words]
 
 
 def _anchor_look_alike(read: ReadWords, image: Image.Image, anchor: Box,

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -151,6 +152,40 @@ class TesseractReader:
             while len(self._kept) > self.keep:
                 self._kept.popitem(last=False)
         return words
+
+    def read_many(self, images: Sequence[Image.Image]) -> list[list[Word]]:
+        """The words of each image, as :meth:`read`; small images (the second looks'
+        crops) are read at once, one Tesseract each, the readings kept as by ``read``."""
+        greys = [image.convert("L") for image in images]
+        if self._pool is None or len(greys) < 2 \
+                or any(g.height >= 4 * SEAM or self.crop_blank for g in greys):
+            return [self.read(g) for g in greys]
+        keys = [(g.size, hashlib.blake2b(g.tobytes(), digest_size=16).digest())
+                for g in greys]
+        out: list[list[Word] | None] = [None] * len(greys)
+        with self._lock:
+            for i, key in enumerate(keys):
+                kept = self._kept.get(key) if self.keep else None
+                if kept is not None:
+                    self._kept.move_to_end(key)
+                    out[i] = list(kept)
+            todo = [i for i in range(len(greys)) if out[i] is None]
+            # Two Tesseracts take turns on the list; each leaves Python's lock as it
+            # recognises (docs/grounding.md, "Speed").
+            other = self._pool.submit(self._read_each, self._apis[0], greys, todo[0::2])
+            mine = self._read_each(self._apis[1], greys, todo[1::2])
+            for i, words in [*other.result(), *mine]:
+                out[i] = words
+                self.readings += 1
+                if self.keep:
+                    self._kept[keys[i]] = tuple(words)
+            while len(self._kept) > self.keep:
+                self._kept.popitem(last=False)
+        return [words or [] for words in out]
+
+    def _read_each(self, api: Any, greys: Sequence[Image.Image],
+                   which: Sequence[int]) -> list[tuple[int, list[Word]]]:
+        return [(i, self._read(api, greys[i], 0, 0, greys[i].height)) for i in which]
 
     def _read_content(self, grey: Image.Image) -> list[Word]:
         """The words of ``grey``; with ``crop_blank``, read within the box around everything

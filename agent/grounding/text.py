@@ -25,6 +25,7 @@ Pure: words in, a decision out (docs/grounding.md explains the rules and their f
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import unicodedata
@@ -112,9 +113,11 @@ class Decision:
     """The anchor image matched on none of the places read like the label."""
 
 
+@functools.lru_cache(maxsize=8192)
 def normalise(text: str) -> str:
     """Case, accents, ligatures, punctuation and spaces folded; words kept apart by one
-    space (module docstring, point 1)."""
+    space (module docstring, point 1). Kept for the words of the last screens: a search
+    matches the same words many times over."""
     decomposed = unicodedata.normalize("NFKD", text.translate(_LIGATURES)).casefold()
     kept = []
     for ch in decomposed:

@@ -351,6 +351,29 @@ def test_two_halves_read_at_once_give_each_line_once() -> None:
     assert [w.box[1] > 800 for w in words if normalise(w.text) == "sanguin"] == [True]
 
 
+def test_parts_read_at_once_read_as_one_by_one_and_are_kept() -> None:
+    """The second looks' crops, read by two Tesseracts at once, give each crop's own
+    words; a crop read before is given again, not read."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    image = Image.open(DATA / "fr-liberation-100-moved.png").convert("L")
+    crops = [image.crop((x, y, x + 300, y + 60)).resize((600, 120))
+             for x, y in ((280, 80), (600, 440), (300, 480), (280, 80), (1000, 600))]
+    alone, together = TesseractReader(workers=1, keep=0), TesseractReader(workers=2)
+    try:
+        one_by_one = [alone.read(c) for c in crops]
+        together.read(crops[1])
+        before = together.readings
+        at_once = together.read_many(crops)
+        read_now = together.readings - before
+    finally:
+        alone.close()
+        together.close()
+    assert at_once == one_by_one
+    assert any(at_once) and read_now == 4  # crops[1] was kept; the repeated one is read
+
+
 def test_blank_margins_are_not_read_and_the_words_keep_their_place() -> None:
     """Read within the box of the screen's content (an option, off in the agent), the
     labels are found where the whole monitor's reading finds them, in the monitor's pixels

@@ -36,7 +36,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from agent.anchor import decode_anchor, find_anchor
+from agent.anchor import EARLY_ACCEPT, decode_anchor, find_anchor
 
 ROOT = Path(__file__).resolve().parent.parent
 BUTTON = (700, 400, 800, 436)
@@ -106,24 +106,24 @@ def run_recorded(args: argparse.Namespace) -> None:
     cases = recorded(args.data)[::args.every]
     found: dict[str, dict[str, Any]] = {}
     floors: list[float] = []
-    times: dict[str, list[float]] = {"recorded": [], "moved": []}
+    times: dict[str, list[float]] = {f"score >= {EARLY_ACCEPT}: search stopped": [],
+                                     "below: every scale tried": []}
     for what, shot, anchor in cases:
         started = time.perf_counter()
         np.asarray(shot.convert("L"), dtype=np.float64)
         floors.append(time.perf_counter() - started)
         started = time.perf_counter()
         m = find_anchor(shot, anchor)
-        times["moved" if "-moved" in what else "recorded"].append(
-            time.perf_counter() - started)
+        times[list(times)[m.score < EARLY_ACCEPT]].append(time.perf_counter() - started)
         found[what] = {"found": m.found, "left": m.left, "top": m.top, "w": m.w, "h": m.h,
                        "scale": m.scale, "score": m.score}
     every = [t for values in times.values() for t in values]
     print(f"recorded set ({args.data.name}): {len(cases)} anchor searches on "
           f"{len({w.split()[0] for w, _, _ in cases})} real 1920x1080 screens, each once")
     for label, values in (("floor: grey conversion of the screen", floors),
-                          *((f"find_anchor: {k} screens", v) for k, v in
-                            (("all", every), *times.items()))):
-        print(f"  {label:<36} p50 {pct(values, 50) * 1000:8.2f} ms   p90 "
+                          *((f"find_anchor: {k}", v) for k, v in
+                            (("all searches", every), *times.items()) if v)):
+        print(f"  {label:<44} p50 {pct(values, 50) * 1000:8.2f} ms   p90 "
               f"{pct(values, 90) * 1000:8.2f} ms   max {max(values) * 1000:8.2f} ms   "
               f"n={len(values)}")
     print(f"find_anchor p50 = {pct(every, 50) / pct(floors, 50):.1f}x the floor; "

@@ -50,14 +50,28 @@ def screen(name: str) -> Image.Image:
     return Image.open(DATA / name).convert("RGB")
 
 
+def ncc(shot: Image.Image, anchor: Image.Image, left: int, top: int, w: int, h: int) -> float:
+    """The zero-mean normalised cross-correlation of the anchor, resized to ``w x h``, with
+    the screen at ``(left, top)``: summed directly, nothing shared with the matcher."""
+    grey = anchor.convert("L")
+    if grey.size != (w, h):
+        grey = grey.resize((w, h), Image.Resampling.BILINEAR)
+    t = np.asarray(grey, dtype=np.float64)
+    a = np.asarray(shot.convert("L"), dtype=np.float64)[top:top + h, left:left + w]
+    t, a = t - t.mean(), a - a.mean()
+    return float((t * a).sum() / np.sqrt((t * t).sum() * (a * a).sum()))
+
+
 @pytest.mark.parametrize("search,expected", CASES, ids=[c[0][0] for c in CASES])
 def test_anchor_on_a_real_screen_is_found_where_it_was(
         search: tuple[str, str, tuple[int, int, int, int]],
         expected: tuple[bool, int, int, int, int, float, float]) -> None:
     name, recorded, cut = search
-    m = find_anchor(screen(name), screen(recorded).crop(cut))
+    shot, anchor = screen(name), screen(recorded).crop(cut)
+    m = find_anchor(shot, anchor)
     assert (m.found, m.left, m.top, m.w, m.h, m.scale) == expected[:6], m
     assert m.score == pytest.approx(expected[6], abs=1e-3)
+    assert m.score == pytest.approx(ncc(shot, anchor, m.left, m.top, m.w, m.h), abs=1e-4)
 
 
 def test_equal_places_tie_and_either_is_the_match() -> None:

@@ -31,7 +31,6 @@ import numpy.typing as npt
 from PIL import Image, ImageFilter, UnidentifiedImageError
 
 F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 C128 = npt.NDArray[np.complex128]
 
@@ -133,25 +132,27 @@ def _fast_len(n: int) -> int:
         n += 1
 
 
-def _integrals(a: U8) -> tuple[I64, I64]:
+def _integrals(a: U8) -> tuple[F64, F64]:
     """Integral images of ``a`` and ``a * a``, padded with a zero row and column.
 
-    In int64: exact (as float64 sums of these integers are) and a few times faster."""
+    Summed in int64 (a few times faster than float64 sums), then held as float64 (window
+    sums a few times faster): exact either way, these integers are far below 2**53."""
     out = np.zeros((2, a.shape[0] + 1, a.shape[1] + 1), dtype=np.int64)
     inner = out[:, 1:, 1:]
     inner[0] = a
     np.multiply(inner[0], inner[0], out=inner[1])
     np.cumsum(inner, axis=1, out=inner)
     np.cumsum(inner, axis=2, out=inner)
-    return out[0], out[1]
+    both = out.astype(np.float64)
+    return both[0], both[1]
 
 
-def _window_sums(integral: I64, h: int, w: int) -> F64:
+def _window_sums(integral: F64, h: int, w: int) -> F64:
     """Sum of every ``h x w`` window, from an integral image padded with a zero row/column."""
     out = integral[h:, w:] - integral[:-h, w:]
     out -= integral[h:, :-w]
     out += integral[:-h, :-w]
-    return out.astype(np.float64)
+    return out
 
 
 class _Coarse:

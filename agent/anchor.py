@@ -9,8 +9,9 @@ perfect match, insensitive to brightness and contrast changes), coarse to fine:
    may come back slightly larger or smaller: another DPI, a zoomed app), the most likely
    scale first; a near-perfect match ends the search;
 2. fine: around the best few coarse peaks, the full-resolution anchor at that scale is
-   correlated pixel by pixel over a small window, which recovers the exact position (a
-   1-pixel shift included) and the true score.
+   correlated over a small window (through the FFT too, its sums of products rounded to
+   the integers they are), which recovers the exact position (a 1-pixel shift included)
+   and the true score.
 
 A match below ``min_score`` is no match: the caller reports ``target_not_found`` and does
 not click. Pure numpy + Pillow: no screen, testable on synthetic images.
@@ -24,14 +25,14 @@ import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image, ImageFilter, UnidentifiedImageError
 
 F64 = npt.NDArray[np.float64]
+U8 = npt.NDArray[np.uint8]
+C128 = npt.NDArray[np.complex128]
 
 DEFAULT_SCALES: tuple[float, ...] = (1.0, 0.95, 1.05, 0.9, 1.1, 0.8, 1.25)
 """Anchor scales tried: slight rescales, and 100 % <-> 125 % display scaling."""
@@ -119,66 +120,133 @@ def _resize(image: Image.Image, w: int, h: int) -> Image.Image:
     return image.resize((max(1, w), max(1, h)), Image.Resampling.BILINEAR)
 
 
+def _fast_len(n: int) -> int:
+    """The smallest length >= ``n`` with no prime factor above 5 (where the FFT is fast)."""
+    while True:
+        m = n
+        for p in (2, 3, 5):
+            while m % p == 0:
+                m //= p
+        if m == 1:
+            return n
+        n += 1
+
+
+def _integrals(a: U8) -> tuple[F64, F64]:
+    """Integral images of ``a`` and ``a * a``, padded with a zero row and column.
+
+    Summed in int64 (a few times faster than float64 sums), then held as float64 (window
+    sums a few times faster): exact either way, these integers are far below 2**53."""
+    out = np.zeros((2, a.shape[0] + 1, a.shape[1] + 1), dtype=np.int64)
+    inner = out[:, 1:, 1:]
+    inner[0] = a
+    np.multiply(inner[0], inner[0], out=inner[1])
+    np.cumsum(inner, axis=1, out=inner)
+    np.cumsum(inner, axis=2, out=inner)
+    both = out.astype(np.float64)
+    return both[0], both[1]
+
+
 def _window_sums(integral: F64, h: int, w: int) -> F64:
     """Sum of every ``h x w`` window, from an integral image padded with a zero row/column."""
-    return integral[h:, w:] - integral[:-h, w:] - integral[h:, :-w] + integral[:-h, :-w]
-
-
-def _integral(a: F64) -> F64:
-    out = np.zeros((a.shape[0] + 1, a.shape[1] + 1))
-    np.cumsum(np.cumsum(a, axis=0), axis=1, out=out[1:, 1:])
+    out = integral[h:, w:] - integral[:-h, w:]
+    out -= integral[h:, :-w]
+    out += integral[:-h, :-w]
     return out
 
 
 class _Coarse:
     """The reduced monitor image, prepared once for every anchor scale (FFT + sums)."""
 
-    def __init__(self, a: F64) -> None:
-        self.a = a
+    def __init__(self, a: U8) -> None:
         self.shape = a.shape
-        self.s1 = _integral(a)
-        self.s2 = _integral(a * a)
-        self.spectrum = np.fft.rfft2(a)
+        self.fft_shape = (_fast_len(a.shape[0]), _fast_len(a.shape[1]))
+        self.s1, self.s2 = _integrals(a)
+        self.spectrum = np.fft.rfft2(a, s=self.fft_shape)
 
     def ncc_all(self, t: F64) -> F64:
         """The score at every position where ``t`` fits (FFT correlation)."""
         h, w = t.shape
         tz = t - t.mean()
-        corr = np.fft.irfft2(self.spectrum * np.conj(np.fft.rfft2(tz, s=self.shape)),
-                             s=self.shape)
-        num = corr[:self.shape[0] - h + 1, :self.shape[1] - w + 1]
-        return _divide(num, _denominator(self.s1, self.s2, h, w, tz))
+        rows, cols = self.shape[0] - h + 1, self.shape[1] - w + 1
+        # rfft2 and irfft2 axis by axis, the same transforms: the template's padding rows
+        # and the correlation's rows never read are not transformed along the rows.
+        spec = np.fft.fft(np.fft.rfft(tz, n=self.fft_shape[1], axis=1), n=self.fft_shape[0],
+                          axis=0)
+        np.conjugate(spec, out=spec)
+        spec *= self.spectrum
+        corr = np.fft.irfft(np.fft.ifft(spec, axis=0)[:rows], n=self.fft_shape[1], axis=1)
+        return _divide(corr[:, :cols], _denominator(
+            _window_sums(self.s1, h, w), _window_sums(self.s2, h, w), h * w, _norm(tz)))
 
 
-def _denominator(s1: F64, s2: F64, h: int, w: int, tz: F64) -> F64:
-    n = h * w
-    w1, w2 = _window_sums(s1, h, w), _window_sums(s2, h, w)
-    var = np.maximum(w2 - w1 * w1 / n, 0.0)
-    return np.sqrt(var) * float(np.sqrt((tz * tz).sum()))
+def _norm(tz: F64) -> float:
+    return float(np.sqrt((tz * tz).sum()))
 
 
-def ncc_window(a: npt.NDArray[Any], t: F64, top: int, left: int, rows: int, cols: int) -> F64:
+def _denominator(w1: F64, w2: F64, n: int, norm: float) -> F64:
+    """From the window sums of ``n`` pixels and of their squares (both overwritten) and the
+    norm of the zero-mean anchor."""
+    np.multiply(w1, w1, out=w1)
+    w1 /= n
+    np.subtract(w2, w1, out=w2)
+    np.maximum(w2, 0.0, out=w2)
+    np.sqrt(w2, out=w2)
+    w2 *= norm
+    return w2
+
+
+class _Scaled:
+    """The anchor at one scale, full resolution, with its spectra by FFT size."""
+
+    def __init__(self, anchor: Image.Image, scale: float) -> None:
+        self.scale = scale
+        self.w, self.h = round(anchor.width * scale), round(anchor.height * scale)
+        self.t = gray(_resize(anchor, self.w, self.h))
+        self.mean = float(self.t.mean())
+        self.norm = _norm(self.t - self.mean)
+        self._spectra: dict[tuple[int, int], C128] = {}
+
+    def spectrum(self, shape: tuple[int, int]) -> C128:
+        """The conjugate spectrum of the anchor, zero-padded to ``shape``."""
+        if shape not in self._spectra:
+            self._spectra[shape] = np.conjugate(np.fft.rfft2(self.t, s=shape))
+        return self._spectra[shape]
+
+
+def ncc_window(a: U8, t: _Scaled, top: int, left: int, rows: int, cols: int) -> F64:
     """The score of ``t`` at positions ``[top, top+rows) x [left, left+cols)`` of ``a``
-    (direct sums over that window only)."""
-    h, w = t.shape
-    tz = t - t.mean()
-    sub = a[top:top + rows + h - 1, left:left + cols + w - 1].astype(np.float64)
-    num = np.einsum("ijkl,kl->ij", sliding_window_view(sub, (h, w)), tz, optimize=True)
-    return _divide(num, _denominator(_integral(sub), _integral(sub * sub), h, w, tz))
+    (correlated over that window only, through the FFT)."""
+    h, w = t.h, t.w
+    sub = a[top:top + rows + h - 1, left:left + cols + w - 1]
+    shape = (_fast_len(sub.shape[0]), _fast_len(sub.shape[1]))
+    spec = np.fft.rfft2(sub, s=shape)
+    spec *= t.spectrum(shape)
+    # Sums of products of 8-bit pixels: integers, exact once rounded (far below 2**53, the
+    # FFT's error far below 0.5), so that equal pixels score exactly the same wherever
+    # they are and a tie goes to the first place, not to rounding noise.
+    dot = np.rint(np.fft.irfft2(spec, s=shape)[:rows, :cols])
+    s1, s2 = _integrals(sub)
+    w1 = _window_sums(s1, h, w)
+    num = dot - t.mean * w1
+    return _divide(num, _denominator(w1, _window_sums(s2, h, w), h * w, t.norm))
 
 
 def _divide(num: F64, den: F64) -> F64:
+    """``num / den`` in ``den``'s place, within [-1, 1]."""
     # A flat screen region (den ~ 0) matches nothing rather than everything.
-    out = np.zeros_like(num)
     ok = den > 1e-6
-    np.divide(num, den, out=out, where=ok)
-    return np.clip(out, -1.0, 1.0)
+    np.divide(num, den, out=den, where=ok)
+    den[~ok] = 0.0
+    np.clip(den, -1.0, 1.0, out=den)
+    return den
 
 
 def _peaks(scores: F64, count: int, radius: int) -> list[tuple[float, int, int]]:
-    """The ``count`` best positions at least ``radius`` apart (greedy suppression)."""
+    """The ``count`` best positions at least ``radius`` apart (greedy suppression; the
+    suppressed ``scores`` are overwritten)."""
     found: list[tuple[float, int, int]] = []
-    work = scores.copy()
+    work = scores
     for _ in range(count):
         flat = int(np.argmax(work))
         r, c = divmod(flat, work.shape[1])
@@ -208,7 +276,7 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
         raise AnchorError("anchor image is flat (one colour): nothing to match on")
     factor = max(1, min(MAX_COARSE_FACTOR, min(aw, ah) // (MIN_COARSE_SIDE + 2 * COARSE_BLUR)))
     shift = COARSE_BLUR if factor > 1 else 0
-    coarse = _Coarse(gray(_coarse(screen_l, factor)))
+    coarse = _Coarse(np.asarray(_coarse(screen_l, factor)))
     full = np.asarray(screen_l)
     best: _Fine | None = None
     for s in scales:
@@ -220,8 +288,9 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
         if min(tw, th) < 2 or tw > coarse.shape[1] or th > coarse.shape[0] \
                 or float(t.std()) < FLAT_STD / 2:
             continue
+        scaled = _Scaled(anchor_l, s)
         for _score, r, c in _peaks(coarse.ncc_all(t), PEAKS_PER_SCALE, max(1, min(tw, th) // 2)):
-            fine = _refine(full, anchor_l, s, (r - shift) * factor, (c - shift) * factor,
+            fine = _refine(full, scaled, (r - shift) * factor, (c - shift) * factor,
                            factor + 2)
             if fine is not None and (best is None or fine.score > best.score):
                 best = fine
@@ -230,7 +299,7 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
     if best is not None and best.score < EARLY_ACCEPT:
         # The scale grid is coarse: try the neighbours of the best scale at the best spot.
         for s in (best.scale - SCALE_STEP, best.scale + SCALE_STEP):
-            fine = _refine(full, anchor_l, s, best.top, best.left, 2)
+            fine = _refine(full, _Scaled(anchor_l, s), best.top, best.left, 2)
             if fine is not None and fine.score > best.score:
                 best = fine
     elapsed = round((time.perf_counter() - started) * 1000, 3)
@@ -251,10 +320,9 @@ class _Fine:
     h: int
 
 
-def _refine(full: npt.NDArray[np.uint8], anchor: Image.Image, scale: float, row: int, col: int,
-            margin: int) -> _Fine | None:
+def _refine(full: U8, t: _Scaled, row: int, col: int, margin: int) -> _Fine | None:
     """The best full-resolution position within ``margin`` pixels of ``(row, col)``."""
-    w, h = round(anchor.width * scale), round(anchor.height * scale)
+    w, h = t.w, t.h
     if w < 2 or h < 2 or w > full.shape[1] or h > full.shape[0]:
         return None
     top, left = max(0, row - margin), max(0, col - margin)
@@ -262,6 +330,6 @@ def _refine(full: npt.NDArray[np.uint8], anchor: Image.Image, scale: float, row:
     cols = min(full.shape[1] - w + 1, col + margin + 1) - left
     if rows <= 0 or cols <= 0:
         return None
-    scores = ncc_window(full, gray(_resize(anchor, w, h)), top, left, rows, cols)
+    scores = ncc_window(full, t, top, left, rows, cols)
     dr, dc = divmod(int(np.argmax(scores)), scores.shape[1])
-    return _Fine(float(scores[dr, dc]), scale, top + dr, left + dc, w, h)
+    return _Fine(float(scores[dr, dc]), t.scale, top + dr, left + dc, w, h)

@@ -77,6 +77,18 @@ def test_rescaled_screen_is_matched_too() -> None:
     assert m.found and abs(m.x - centre(BUTTON)[0] * 1.25) <= 3
 
 
+@pytest.mark.parametrize("box", [BUTTON, (BUTTON[0] + 20, BUTTON[1] + 9, BUTTON[0] + 80,
+                                         BUTTON[1] + 27)])
+def test_anchor_is_found_on_a_screen_of_odd_size(screen: Image.Image,
+                                                 box: tuple[int, int, int, int]) -> None:
+    """1366x767 (sides with large prime factors: the FFTs are padded), the whole button
+    (reduced by 3) and a part of it too small to reduce."""
+    odd = screen.crop((0, 0, 1366, 767))
+    m = find_anchor(odd, odd.crop(box))
+    assert m.found and m.score > 0.99, m
+    assert (m.left, m.top) == (box[0], box[1])
+
+
 def test_absent_anchor_is_not_found(screen: Image.Image) -> None:
     absent = Image.new("RGB", (100, 36), (255, 255, 255))
     d = ImageDraw.Draw(absent)

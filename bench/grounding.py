@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     tally: Counter[str] = Counter()
     times, misses = [], []
     second: list[tuple[int, float]] = []  # per search: parts read again, their time
+    rest: dict[str, list[float]] = {m: [] for m in (*MODES, "absent")}  # after the reading
     for s, mode, spec, expected, may_refuse in searches(screens, args.data):
         name = s["image"]
         # The whole monitor was read once above; a second look at a part is read now.
@@ -231,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         found = resolve_point(spec, images[name], (0, 0), (0, 0, W, H), DEFAULT_SCALES,
                               DEFAULT_MIN_SCORE, TextSettings(read, read_many=read_many))
-        times.append(read_ms[name] + (time.perf_counter() - start) * 1000)
+        rest[mode].append((time.perf_counter() - start) * 1000)
+        times.append(read_ms[name] + rest[mode][-1])
         second.append((len(parts), sum(parts)))
         tally[f"{mode}: searches"] += 1
         tally[f"{mode}: expect"] += not may_refuse
@@ -290,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.quantiles([t for _, t in second], n=10)[-1]:.0f} ms; the full-screen "
           f"read p50 {statistics.median(read_ms.values()):.0f} ms; more near misses than "
           f"the cap ({MAX_NEAR_MISSES}), no click: {tally['near-miss cap']}")
+    print("after the full-screen read (matching, anchor, readings closer, second looks): "
+          + ", ".join(f"{m} p50 {statistics.median(t):.0f} ms, p90 "
+                      f"{statistics.quantiles(t, n=10)[-1]:.0f} ms"
+                      for m, t in rest.items() if len(t) > 1))
     if kept is not None:
         kept.save()
     for line in misses if args.verbose else misses[:15]:

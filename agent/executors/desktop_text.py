@@ -113,17 +113,20 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         # inverted (light on dark); the rest of the monitor's reading stands, so a copy
         # elsewhere is still a rival (docs/grounding.md, "Read closer").
         try:
-            for closer in read_closer(words, found, text.min_score, image.size):
-                words = with_closer_reading(words, closer.crop, _closer_words(
-                    text.read, image, closer.crop, closer.scale, label))
+            closer = [(c.crop, c.scale) for c in read_closer(words, found, text.min_score,
+                                                            image.size)]
+            for (crop, _), closer_words in zip(closer, _closer_words(text, image, closer,
+                                                                     label), strict=True):
+                words = with_closer_reading(words, crop, closer_words)
             found = candidates(words, label)
             decision = decide(found, label, text.min_score, text.margin, recorded)
             if decision.error == "target_not_found":
                 # Light text on a coloured band (a warning banner) may not have been read
                 # at all: each band is read apart (docs/grounding.md, "Coloured bands").
-                for band in coloured_bands(image):
-                    words = with_closer_reading(words, band, _closer_words(
-                        text.read, image, band, CLOSER_SCALE, label))
+                bands = [(band, CLOSER_SCALE) for band in coloured_bands(image)]
+                for (band, _), band_words in zip(bands, _closer_words(text, image, bands,
+                                                                      label), strict=True):
+                    words = with_closer_reading(words, band, band_words)
                 found = candidates(words, label)
                 decision = decide(found, label, text.min_score, text.margin, recorded)
         except Exception as exc:
@@ -224,17 +227,24 @@ def _ocr_failed(exc: Exception, elapsed_ms: float) -> Resolved:
                     f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
 
 
-def _closer_words(read: ReadWords, image: Image.Image, box: Rect, scale: float,
-                  label: str) -> list[Word]:
-    """A part read again at ``scale``, and inverted if that did not find ``label``: the
-    reading where the label scores best (light on dark text reads better inverted)."""
-    plain = _read_part(read, image, box, scale)
-    best = max((c.score for c in candidates(plain, label)), default=0.0)
-    if best >= 1.0:
-        return plain
-    inverted = _read_part(read, image, box, scale, invert=True)
-    other = max((c.score for c in candidates(inverted, label)), default=0.0)
-    return inverted if other > best else plain
+def _closer_words(text: TextSettings, image: Image.Image, parts: Sequence[tuple[Rect, float]],
+                  label: str) -> list[list[Word]]:
+    """Each part read again at its scale, and inverted if that did not find ``label``: the
+    reading where the label scores best (light on dark text reads better inverted). All
+    read at once, then the inverted ones at once."""
+    plain = _read_parts(text, image, parts)
+    best = [max((c.score for c in candidates(words, label)), default=0.0) for words in plain]
+    again = [i for i, score in enumerate(best) if score < 1.0]
+    inverted = dict(zip(again, _read_parts(text, image, [parts[i] for i in again],
+                                           invert=True), strict=True))
+    out = []
+    for i, words in enumerate(plain):
+        other = inverted.get(i)
+        if other is not None and max((c.score for c in candidates(other, label)),
+                                     default=0.0) > best[i]:
+            words = other
+        out.append(words)
+    return out
 
 
 def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float,
@@ -244,13 +254,14 @@ def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float,
     return _in_image(read(_part(image, box, scale, invert)), box, scale)
 
 
-def _read_parts(text: TextSettings, image: Image.Image,
-                parts: Sequence[tuple[Rect, float]]) -> list[list[Word]]:
-    """The words of each part (a box and a scale), at once if the reader can."""
+def _read_parts(text: TextSettings, image: Image.Image, parts: Sequence[tuple[Rect, float]],
+                invert: bool = False) -> list[list[Word]]:
+    """The words of each part (a box and a scale; inverted if ``invert``), at once if the
+    reader can."""
     if not parts:
         return []
     assert text.read is not None
-    images = [_part(image, box, scale) for box, scale in parts]
+    images = [_part(image, box, scale, invert) for box, scale in parts]
     readings = (text.read_many(images) if text.read_many is not None and len(images) > 1
                 else [text.read(one) for one in images])
     return [_in_image(words, box, scale) for words, (box, scale) in zip(readings, parts,

@@ -246,13 +246,14 @@ def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Can
     found: list[Candidate] = []
     for phrase in grouped:
         total = sum(len(_compact(w.text)) for w in phrase)
-        best: Candidate | None = None
+        best: list[Word] | None = None
+        best_score = 0.0
         for chosen, span in _spans(phrase, target, n_label):
             score = _similarity(target, span) * len(span) / total
-            if best is None or score > best.score:
-                best = _candidate(chosen, score)
+            if best is None or score > best_score:
+                best, best_score = chosen, round(score, 4)
         if best is not None:
-            found.append(best)
+            found.append(_candidate(best, best_score))
     found.sort(key=lambda c: -c.score)
     return found
 

@@ -137,11 +137,10 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         anchor_box = None
         if spec.anchor_image_base64:
             try:
-                match = find_anchor(image, decode_anchor(spec.anchor_image_base64), scales,
-                                    anchor_min_score)
+                anchor_box = _anchor_match(spec.anchor_image_base64, image, scales,
+                                           anchor_min_score)
             except AnchorError as exc:
                 return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
-            anchor_box = (match.left, match.top, match.w, match.h) if match.found else None
         place = recorded if anchor_box is None else None
         item = item_by_place(words, label, text.min_score, text.margin, place, anchor_box)
         if item.error == "target_not_found" and words is not whole:
@@ -156,12 +155,11 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         # The anchor breaks ties, and must agree with the text: a twin the OCR misread is
         # not a candidate, but the anchor may still find it (docs/grounding.md).
         try:
-            match = find_anchor(image, decode_anchor(spec.anchor_image_base64), scales,
-                                anchor_min_score)
+            anchor_box = _anchor_match(spec.anchor_image_base64, image, scales,
+                                       anchor_min_score)
         except AnchorError as exc:
             return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
-        if match.found:
-            anchor_box = (match.left, match.top, match.w, match.h)
+        if anchor_box is not None:
             decision = decide(found, label, text.min_score, text.margin, recorded,
                               anchor_box)
             if decision.anchor_elsewhere:
@@ -169,13 +167,14 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
                 # a caption at another scale): what is written there says which
                 # (docs/grounding.md, "The anchor must agree").
                 try:
-                    there = _anchor_look_alike(text.read, image, anchor_box, label)
+                    there = _anchor_look_alike(text, image, anchor_box, label)
                 except Exception as exc:
                     return _ocr_failed(exc, ms())
                 if there is not None:
                     decision = decide(found, label, text.min_score, text.margin, recorded)
-                    notes.append(f"the anchor image matched a look-alike at ({match.left},"
-                                 f"{match.top},{match.w}x{match.h}), where {there!r} is read")
+                    left, top, w, h = anchor_box
+                    notes.append(f"the anchor image matched a look-alike at ({left},{top},"
+                                 f"{w}x{h}), where {there!r} is read")
     if decision.chosen is not None:
         # A second look where another copy may stand: around the recorded position, and
         # at every word the OCR was unsure of that could be the label misread
@@ -187,8 +186,8 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         again = look_again_boxes(chosen, recorded, image.size)
         misses = near_misses(words, found, chosen, label, text.min_score, image.size)
         too_many = too_many_near_misses(chosen, misses, label, text.max_near_misses)
-        if too_many is not None:
-            decision, misses = too_many, []
+        if too_many is not None:  # no click whatever a second look would read
+            decision, again, misses = too_many, [], []
         # All read at once (two Tesseracts take turns), then judged in order: the same
         # decision as reading one by one and stopping at the first twin.
         try:
@@ -247,13 +246,6 @@ def _closer_words(text: TextSettings, image: Image.Image, parts: Sequence[tuple[
     return out
 
 
-def _read_part(read: ReadWords, image: Image.Image, box: Rect, scale: float,
-               invert: bool = False) -> list[Word]:
-    """The words of a part of ``image``, read at ``scale`` (inverted if ``invert``), in
-    ``image``'s pixels."""
-    return _in_image(read(_part(image, box, scale, invert)), box, scale)
-
-
 def _read_parts(text: TextSettings, image: Image.Image, parts: Sequence[tuple[Rect, float]],
                 invert: bool = False) -> list[list[Word]]:
     """The words of each part (a box and a scale; inverted if ``invert``), at once if the
@@ -287,7 +279,15 @@ def _in_image(words: Sequence[Word], box: Rect, scale: float) -> list[Word]:
             for word in words]
 
 
-def _anchor_look_alike(read: ReadWords, image: Image.Image, anchor: Box,
+def _anchor_match(anchor_image_base64: str, image: Image.Image, scales: Sequence[float],
+                  min_score: float) -> Box | None:
+    """Where the anchor image matches on ``image``, or None; raises AnchorError for an
+    anchor that cannot be matched at all."""
+    match = find_anchor(image, decode_anchor(anchor_image_base64), scales, min_score)
+    return (match.left, match.top, match.w, match.h) if match.found else None
+
+
+def _anchor_look_alike(text: TextSettings, image: Image.Image, anchor: Box,
                        label: str) -> str | None:
     """What the anchor's place holds when it is surely not the label (one flat colour
     where the text would be, or other words read surely); None: it may be a copy."""
@@ -295,5 +295,5 @@ def _anchor_look_alike(read: ReadWords, image: Image.Image, anchor: Box,
     middle = image.crop((left, top, left + w, top + h)).convert("L")
     if ImageStat.Stat(middle).stddev[0] < FLAT_MIDDLE:
         return "nothing: one flat colour"
-    crop, scale = anchor_place(anchor, image.size)
-    return anchor_look_alike(anchor, _read_part(read, image, crop, scale), label)
+    (words,) = _read_parts(text, image, [anchor_place(anchor, image.size)])
+    return anchor_look_alike(anchor, words, label)

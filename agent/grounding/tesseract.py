@@ -140,36 +140,27 @@ class TesseractReader:
         if not self.keep:
             return self._read_content(grey)
         # Same pixels, same words: Tesseract is deterministic.
-        key = (grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest())
+        key = _key(grey)
         with self._lock:
-            kept = self._kept.get(key)
-            if kept is not None:
-                self._kept.move_to_end(key)
-                return list(kept)
+            kept = self._recall(key)
+        if kept is not None:
+            return kept
         words = self._read_content(grey)
         with self._lock:
-            self._kept[key] = tuple(words)
-            while len(self._kept) > self.keep:
-                self._kept.popitem(last=False)
+            self._remember(key, words)
         return words
 
     def read_many(self, images: Sequence[Image.Image]) -> list[list[Word]]:
         """The words of each image, as :meth:`read`; small images (the second looks'
         crops) are read at once, one Tesseract each, the readings kept as by ``read``."""
         greys = [image.convert("L") for image in images]
-        if self._pool is None or len(greys) < 2 \
-                or any(g.height >= 4 * SEAM or self.crop_blank for g in greys):
+        if self._pool is None or self.crop_blank or len(greys) < 2 \
+                or any(g.height >= 4 * SEAM for g in greys):
             return [self.read(g) for g in greys]
-        keys = [(g.size, hashlib.blake2b(g.tobytes(), digest_size=16).digest())
-                for g in greys]
-        out: list[list[Word] | None] = [None] * len(greys)
+        keys = [_key(g) for g in greys]
         with self._lock:
-            for i, key in enumerate(keys):
-                kept = self._kept.get(key) if self.keep else None
-                if kept is not None:
-                    self._kept.move_to_end(key)
-                    out[i] = list(kept)
-            todo = [i for i in range(len(greys)) if out[i] is None]
+            out = [self._recall(key) for key in keys]
+            todo = [i for i, words in enumerate(out) if words is None]
             # Two Tesseracts take turns on the list; each leaves Python's lock as it
             # recognises (docs/grounding.md, "Speed").
             other = self._pool.submit(self._read_each, self._apis[0], greys, todo[0::2])
@@ -177,11 +168,24 @@ class TesseractReader:
             for i, words in [*other.result(), *mine]:
                 out[i] = words
                 self.readings += 1
-                if self.keep:
-                    self._kept[keys[i]] = tuple(words)
-            while len(self._kept) > self.keep:
-                self._kept.popitem(last=False)
+                self._remember(keys[i], words)
         return [words or [] for words in out]
+
+    def _recall(self, key: tuple[tuple[int, int], bytes]) -> list[Word] | None:
+        """A kept reading of the same pixels (the caller holds the lock)."""
+        kept = self._kept.get(key) if self.keep else None
+        if kept is None:
+            return None
+        self._kept.move_to_end(key)
+        return list(kept)
+
+    def _remember(self, key: tuple[tuple[int, int], bytes], words: list[Word]) -> None:
+        """Keep a reading, the oldest out past ``keep`` (the caller holds the lock)."""
+        if not self.keep:
+            return
+        self._kept[key] = tuple(words)
+        while len(self._kept) > self.keep:
+            self._kept.popitem(last=False)
 
     def _read_each(self, api: Any, greys: Sequence[Image.Image],
                    which: Sequence[int]) -> list[tuple[int, list[Word]]]:
@@ -264,3 +268,8 @@ class TesseractReader:
                 self._pool.shutdown()
             for api in self._apis:
                 api.End()
+
+
+def _key(grey: Image.Image) -> tuple[tuple[int, int], bytes]:
+    """What tells two images' pixels apart: their size and a digest of their bytes."""
+    return grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest()

@@ -95,7 +95,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     logs: list[Path] = getattr(item, "spawned_logs", [])
-    if report.when != "call" or not report.failed or not logs:
+    # A fixture that starts a tree fails in setup: its processes' output matters as much.
+    if report.when == "teardown" or not report.failed or not logs:
         return
     for log in logs:
         try:

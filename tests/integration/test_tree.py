@@ -36,7 +36,11 @@ class Tree:
                          stdout=open(self.tap_log, "wb"))  # noqa: SIM115
         self.client = SyncClient(env["LEA_MDP_ENDPOINT"])
         self.pids: dict[str, int | None] = {}
-        wait_until(lambda: all(p is not None for p in self.refresh().values()), timeout=20)
+        try:
+            wait_until(lambda: all(p is not None for p in self.refresh().values()), timeout=30)
+        except pytest.fail.Exception:
+            silent = sorted(name for name, pid in self.pids.items() if pid is None)
+            pytest.fail(f"the tree started, but these never answered ping: {silent}")
 
     def refresh(self) -> dict[str, int | None]:
         self.pids = all_pids(self.client)

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         "agent (the whole monitor)": TesseractReader(keep=0),
         "blank margins not read": TesseractReader(keep=0, crop_blank=True),
         "dictionaries loaded": TesseractReader(keep=0, variables=DICTIONARIES),
-        "x1.25 instead of x1.5": TesseractReader(keep=0, upscale=1.25),
+        "x1.5 instead of x1.25": TesseractReader(keep=0, upscale=1.5),
         "sparse text (psm 11) instead of one block": TesseractReader(keep=0, psm="SPARSE_TEXT"),
         "bilinear instead of bicubic upscaling": TesseractReader(
             keep=0, resample=Image.Resampling.BILINEAR),

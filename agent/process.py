@@ -56,6 +56,7 @@ from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.safety import CaptureScreen, ScreenCaptured
+from messages.workflow import INPUT_TYPES
 from runtime.settings import Settings
 from transport.client import Client
 from transport.peer_id import identity_of
@@ -123,8 +124,11 @@ class Agent:
                 outcome = self.executor.execute(dispatch, self.effects)
             except Exception as exc:  # C1: a crash of the executor is a failed action
                 logger.exception("executor failed on {}", dispatch.action.action_id)
+                # Whether its input went out is the executor's to say, and it did not.
                 outcome = ActionOutcome.failure(
-                    f"executor_error:{type(exc).__name__}: {exc}"[:300])
+                    f"executor_error:{type(exc).__name__}: {exc}"[:300],
+                    input_performed="unknown" if dispatch.action.type in INPUT_TYPES
+                    else "none")
             self._done.put((dispatch, outcome, time.time()))
             self.poll_loop.wake()
 

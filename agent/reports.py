@@ -28,7 +28,7 @@ def indeterminate_report(entry: LedgerEntry) -> ActionReport:
     return ActionReport(
         replay_id=entry.replay_id, session_id=entry.session_id, machine_id=entry.machine_id,
         action_id=entry.action_id, attempt_id=entry.attempt_id, success=False,
-        error=INDETERMINATE, needs_human=True,
+        error=INDETERMINATE, needs_human=True, input_performed="unknown",
         target_description=(f"the agent restarted while executing this {entry.action_type} "
                             "action: check the screen before resuming"))
 

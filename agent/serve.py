@@ -201,7 +201,7 @@ class Intake:
             # (A conflict cannot happen, _answering just looked: a bug, never run blind.)
             logger.exception("ledger write failed for {}", dispatch.action.action_id)
             report = build_report(dispatch, ActionOutcome.failure(
-                f"ledger_error:{exc}"[:300], needs_human=True))
+                f"ledger_error:{exc}"[:300], needs_human=True, input_performed="none"))
             self._send(encode_report(report))  # nothing ran: there is nothing to record
             self.current = None
             return

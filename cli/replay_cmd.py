@@ -60,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a safety check acknowledged (repeat for each)")
     resume.add_argument("--operator", help="who resumes (required when the pause has "
                         "required checks; recorded in the audit trail)")
+    resume.add_argument("--step", choices=["done", "redo"], help=(
+        "at a pause a failed step caused: done (it is done, by Léa or by hand: go on) or "
+        "redo (Léa does it again); default done when its input may have gone out "
+        "(failed_after_input, input_unknown), else redo"))
     cancel = sub.add_parser("cancel", help="cancel a replay")
     cancel.add_argument("replay_id", help="the id replay start printed")
     cancel.add_argument("--operator", help="who cancels (recorded in the audit trail)")
@@ -78,6 +82,9 @@ REASONS = {
     "ambiguous_target": "the target's text is on screen more than once, nothing tells which",
     "action_failed": "a step keeps failing",
     "orphan_max_resends": "the agent did not answer for a step",
+    "guard_lost": "the agent did not answer a screen check: nothing runs until a person looked",
+    "failed_after_input": "a step failed after its input: it is not redone, check the screen",
+    "input_unknown": "nobody knows whether a step's input went out: check the screen",
     "dead_client": "the agent stopped answering",
     "operator": "paused by an operator",
     "loop_detected": "Léa seems to go round in circles",
@@ -217,7 +224,7 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
     if command == "resume":
         resumed = client.call("dispatcher", ResumeReplay(
             replay_id=args.replay_id, acknowledged_check_ids=args.ack, operator=args.operator,
-            os_user=os_user()),
+            step=args.step, os_user=os_user()),
             timeout_s=timeout).body
         assert isinstance(resumed, ReplayResumed)
         _emit(resumed, args.json,

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from messages.workflow import Workflow, unlocatable
+from workflow.safety import needs_confirmation, with_confirmations
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +69,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.file}: " + "\n  ".join(["actions the agent cannot locate:",
                                                        *problems]), file=sys.stderr)
         return 1
+    try:
+        confirmed = [a.action_id for a in workflow.actions if needs_confirmation(a)]
+        with_confirmations(workflow)
+    except ValueError as exc:
+        print(f"error: {args.file}: a confirming pause cannot be added: {exc}",
+              file=sys.stderr)
+        return 1
     kinds = sorted({a.type for a in workflow.actions})
     print(f"ok: {workflow.workflow_id}: {len(workflow.actions)} actions ({', '.join(kinds)})")
+    if confirmed:
+        print(f"  a person confirms before: {', '.join(confirmed)} (marked critical)")
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -51,6 +51,9 @@ class ResumeBody(_Body):
     acknowledged_check_ids: list[Annotated[str, StringConstraints(max_length=200)]] = Field(
         default_factory=list, max_length=200,
         description="Every check ticked (every required one must be there)")
+    step: Literal["done", "redo"] | None = Field(
+        None, description="At a pause a failed step caused: done (go on) or redo (Léa "
+                          "does it again); unset: done when its input may have gone out")
 
 
 class CancelBody(_Body):
@@ -171,7 +174,7 @@ async def resume(console: Console, replay_id: Annotated[str, REPLAY_ID],
     pause kept) unless every required check is acknowledged: 400 ``required_checks_missing``
     with the ``missing`` ids."""
     reply = await _control(console, ResumeReplay(
-        replay_id=replay_id, operator=me.account, **me.by(),
+        replay_id=replay_id, operator=me.account, **me.by(), step=body.step,
         acknowledged_check_ids=list(dict.fromkeys(body.acknowledged_check_ids))),
         ReplayResumed)
     return Resumed(replay_id=reply.replay_id, remaining_actions=reply.remaining_actions)

@@ -31,6 +31,11 @@ REASON: Final = {
                          "sait pas lequel choisir."),
     "action_failed": "Une étape échoue à plusieurs reprises.",
     "orphan_max_resends": "Le poste n'a pas répondu pour une étape.",
+    "guard_lost": "Le poste n'a pas répondu à une vérification de l'écran.",
+    "failed_after_input": ("Une étape a agi sur l'écran puis a échoué : Léa ne la refera "
+                           "pas."),
+    "input_unknown": ("Léa ne sait pas si une étape a agi sur l'écran : elle ne la refera "
+                      "pas."),
     "dead_client": "Léa ne répond plus sur ce poste.",
     "operator": "Mis en pause par un opérateur.",
 }
@@ -46,6 +51,9 @@ REASON_SHORT: Final = {
     "ambiguous_target": "élément présent plusieurs fois",
     "action_failed": "une étape échoue",
     "orphan_max_resends": "le poste ne répond pas",
+    "guard_lost": "vérification de l'écran sans réponse",
+    "failed_after_input": "échec après une action",
+    "input_unknown": "action peut-être faite",
     "dead_client": "Léa ne répond plus",
     "operator": "demandée par un opérateur",
 }

@@ -60,7 +60,7 @@ class ClaimAttempt(Message, type_name="action.claim"):
 
 class ClaimReply(Message, type_name="action.claim_reply"):
     granted: bool
-    reason: str | None = None  # why not: not_current, wrong_machine, verdict_pending
+    reason: str | None = None  # why not: not_current, wrong_machine, paused, verdict_pending
     retry_in_s: float | None = Field(None, gt=0, le=60)
     """Not refused, not yet: claim again after this long (twice as long each time). Set
     while a loop verdict on the step before is pending (actors/dispatcher/consult_inputs.py);
@@ -125,6 +125,13 @@ class ActionSite(Message):
         return box
 
 
+InputPerformed = Literal["none", "performed", "unknown"]
+"""Whether an attempt's input reached the workstation: ``none`` (refused or failed before its
+first input event), ``performed`` (at least one input event was sent), ``unknown`` (it failed
+while sending one, or the agent cannot tell). Only ``none`` may be retried automatically
+(docs/architecture.md, "The life of an action")."""
+
+
 class ActionReport(Message, type_name="action.report"):
     """Agent → dispatcher: the outcome of one attempt (docs/protocol.md); retried until acked."""
 
@@ -150,13 +157,18 @@ class ActionReport(Message, type_name="action.report"):
     needs_human: bool = False
     executed_at: float | None = None
     site: ActionSite | None = None
+    input_performed: InputPerformed | None = None
+    """Said by every agent of this version; None (an older agent) is taken as ``unknown``
+    for a failed input action (actors/dispatcher/rules.py: ``input_state``)."""
 
     @model_serializer(mode="wrap")
-    def _omit_no_site(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Sent only when known: a dispatcher older than the field keeps taking the reports.
+    def _omit_unknowns(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when known: a dispatcher older than the fields keeps taking the reports.
         data = handler(self)
-        if self.site is None and isinstance(data, dict):
-            data.pop("site", None)
+        if isinstance(data, dict):
+            for name in ("site", "input_performed"):
+                if getattr(self, name) is None:
+                    data.pop(name, None)
         return data
 
 

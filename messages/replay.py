@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from messages.base import Message
 from messages.workflow import Workflow
@@ -88,10 +88,26 @@ class ReplayStatusReply(Message, type_name="replay.status_reply"):
     replays: list[ReplaySummary]
 
 
+StepDecision = Literal["done", "redo"]
+
+
 class ResumeReplay(ByPerson, type_name="replay.resume"):
     replay_id: str
     acknowledged_check_ids: list[str] = Field(default_factory=list)
     operator: str | None = Field(None, max_length=128)
+    step: StepDecision | None = None
+    """At a pause a failed step caused, what the person found: ``done`` (the step is done,
+    by Léa or by hand: Léa goes on with the next one) or ``redo`` (Léa does it again). Unset:
+    ``done`` when the step's input went out or may have (``failed_after_input``,
+    ``input_unknown``: never redone unless a person says so), else ``redo``."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_step(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when set: a dispatcher older than the field keeps taking resumes.
+        data = handler(self)
+        if self.step is None and isinstance(data, dict):
+            data.pop("step", None)
+        return data
 
 
 class ReplayResumed(Message, type_name="replay.resumed"):

@@ -219,7 +219,8 @@ class Workflow(_Strict):
         # would silently skip the contextual checks. A lone Action stays lenient (the
         # dispatcher normalises what it gets and never drops a check).
         for i, action in enumerate(self.actions):
-            if action.type != "pause_for_human":
+            if action.type != "pause_for_human" and not (
+                    {"safety_level", "safety_checks"} & action.parameters.keys()):
                 continue
             problems = pause_safety_problems(action.parameters)
             if problems:

@@ -22,11 +22,13 @@ BUTTON_BLUE = (0x2A, 0x6F, 0xDB)
 class Target:
     """The click-target window: its log and where its canvas and field are."""
 
-    def __init__(self, display: XDisplay | str, tmp: Path, title: str, x: int, y: int) -> None:
+    def __init__(self, display: XDisplay | str, tmp: Path, title: str, x: int, y: int,
+                 on_click: str | None = None) -> None:
         self.log = tmp / f"{title}.jsonl"
         self.proc = subprocess.Popen(
             [sys.executable, str(FIXTURES / "click_target.py"), title, str(x), str(y), "600",
-             "400", str(self.log)], env=_env(display), stdout=subprocess.PIPE)
+             "400", str(self.log), *([on_click] if on_click else [])], env=_env(display),
+            stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         layout = json.loads(self.proc.stdout.readline())
         self.canvas: list[int] = layout["canvas"]

@@ -1,12 +1,13 @@
 """The safety rules of a pause_for_human: the message shown, the declared checks, and the
-system checks added when a step is critical or the model did not look (docs/safety.md)."""
+system checks added when a step is critical or the model did not look; and the confirming
+pause in front of any other step marked critical (docs/screens-and-pauses.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from messages.replay import SafetyCheck
-from messages.workflow import Action, SafetyLevel
+from messages.workflow import Action, SafetyLevel, Workflow
 
 DEFAULT_PAUSE_MESSAGE = "Pause demandée par le workflow."
 
@@ -88,3 +89,41 @@ def declared_checks(action: Action) -> list[SafetyCheck]:
                                   required=required if isinstance(required, bool) else True,
                                   source="declarative", evidence=None))
     return checks
+
+
+CONFIRM_SUFFIX = ".confirm"
+
+
+def needs_confirmation(action: Action) -> bool:
+    """A step other than a pause_for_human that is marked ``medical_critical`` or declares
+    checks: a person confirms it before Léa does it (:func:`with_confirmations`)."""
+    return action.type != "pause_for_human" and (
+        safety_level(action) == "medical_critical"
+        or bool(action.parameters.get("safety_checks")))
+
+
+def confirmation(action: Action) -> Action:
+    """The pause_for_human put in front of ``action``: its safety fields, on its monitor."""
+    label = action.intention or action.action_id
+    p = action.parameters
+    parameters: dict[str, Any] = {
+        "message": f"Étape critique : « {label} ». Vérifiez avant que Léa ne la fasse."}
+    for name in ("safety_level", "safety_checks"):
+        if name in p:
+            parameters[name] = p[name]
+    return Action(action_id=action.action_id + CONFIRM_SUFFIX, type="pause_for_human",
+                  parameters=parameters, intention=f"Confirmer : {label}",
+                  monitor_index=action.monitor_index, monitor_geometry=action.monitor_geometry)
+
+
+def with_confirmations(workflow: Workflow) -> Workflow:
+    """``workflow`` with a confirming pause in front of each step that needs one
+    (docs/screens-and-pauses.md): ``safety_level`` and ``safety_checks`` are honoured on any
+    step, never ignored. Raises ValueError if a generated id is taken."""
+    if not any(needs_confirmation(a) for a in workflow.actions):
+        return workflow
+    actions = [b for a in workflow.actions
+               for b in ((confirmation(a), a) if needs_confirmation(a) else (a,))]
+    return Workflow.model_validate({
+        **workflow.model_dump(mode="json", exclude={"actions"}),
+        "actions": [a.model_dump(mode="json") for a in actions]})

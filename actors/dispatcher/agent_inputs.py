@@ -81,6 +81,11 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
         r.index += 1
         if cause is not None:
             steps.pause(tx, r, cause, action)
+    elif rules.input_state(msg, action) != "none":
+        # Failed after its input went out, or maybe: redoing it (a retry, or a resume)
+        # could input twice. A person looks; resuming goes on with the next step unless
+        # they say it was not done (control_inputs.resume).
+        steps.pause(tx, r, rules.input_pause(msg, action), action, failed=action)
     elif cause is not None:
         steps.pause(tx, r, cause, action, failed=action)
     else:
@@ -107,8 +112,8 @@ def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
     """May the agent perform this attempt now? Only if it is the one in flight.
 
     Asked by the agent before any input (agent/serve.py): a copy that stayed in a frozen
-    agent's socket while the watchdog resent or gave up, or the replay was cancelled, is
-    no longer current and never runs. Not stored: after a restart of ours every action
+    agent's socket while the watchdog resent or gave up, or the replay was cancelled or
+    paused, is refused and never runs. Not stored: after a restart of ours every action
     in flight is re-sent under a new attempt, and the old one is refused.
     """
     r = book.current(msg.action_id, msg.attempt_id)
@@ -116,6 +121,10 @@ def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
         return Decision(ClaimReply(granted=False, reason="not_current"))
     if sender_machine != r.inflight.machine_id or msg.machine_id != r.inflight.machine_id:
         return Decision(ClaimReply(granted=False, reason="wrong_machine"))
+    if r.status != "running":
+        # Paused since: no input after a pause (the pause withdraws an unclaimed input,
+        # steps.withdraw; this holds for one re-sent to a paused replay after a restart).
+        return Decision(ClaimReply(granted=False, reason="paused"))
     if consult_inputs.claim_waits(r):
         return Decision(ClaimReply(granted=False, reason=VERDICT_PENDING,
                                    retry_in_s=CLAIM_RETRY_S))

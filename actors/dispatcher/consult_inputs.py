@@ -11,13 +11,13 @@ to the workstation, and every input action is claimed by the agent before it run
 (agent_inputs.claim): while a verdict is pending the claim is answered "not yet"
 (:data:`VERDICT_PENDING`, ``retry_in_s``) and the agent asks again. (Not held unanswered: a
 Majordomo worker serves one request at a time, holding one would stop the dispatcher.) A
-verdict that says "loop" pauses the replay and withdraws the action
-in flight if it is an input action, which was then never granted: it goes back to the head
-of the queue and runs on resume. An action without input (``wait``, ``verify_screen``...)
-dispatched meanwhile is let finish, as any action in flight at a pause (D8). So no click,
-typing, key or scroll happens after a step the detector judges a loop, exactly as when
-the dispatcher waited; and at most :data:`MAX_PENDING_VERDICTS` steps are ahead of their
-verdicts (beyond that, the replay waits for one, ``awaiting_loop``).
+verdict that says "loop" pauses the replay, and the pause withdraws the action in flight
+if it is an input action, which was then never granted: it goes back to the head of the
+queue and runs on resume (steps.withdraw). An action without input (``wait``,
+``verify_screen``...) dispatched meanwhile is let finish, as any action in flight at a
+pause (D8). So no click, typing, key or scroll happens after a step the detector judges a
+loop, exactly as when the dispatcher waited; and at most :data:`MAX_PENDING_VERDICTS` steps
+are ahead of their verdicts (beyond that, the replay waits for one, ``awaiting_loop``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from messages import events
 from messages.base import Message
 from messages.dispatch import ActionReport
 from messages.replay import Ack
-from messages.workflow import INPUT_TYPES
 
 MAX_PENDING_VERDICTS = 4
 """Steps a replay may run ahead of their loop verdicts (only actions without input can)."""
@@ -93,18 +92,9 @@ def consulted(tx: Tx, replay_id: str, token: str, answer: Message | None,
 
 def _verdict(tx: Tx, r: ReplayState, token: str, answer: Message | None,
              error: str | None) -> Decision:
-    """A pipelined loop verdict: nothing to do unless it says "loop" (then pause, and
-    withdraw an input action in flight: its claim was held, it never ran)."""
+    """A pipelined loop verdict: nothing to do unless it says "loop" (then pause, which
+    withdraws an input action in flight: its claim was held, it never ran)."""
     r.loop_pending.remove(token)
-    e = r.inflight
-    if (r.status == "running" and consult.loop_pause(answer) is not None
-            and e is not None and e.action.type in INPUT_TYPES and not e.claimed):
-        steps.untrack(tx, r)
-        r.inserted.insert(0, e.action)
-        info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
-                "reason": "loop_detected"}
-        tx.event(events.ACTION_WITHDRAWN, **info)
-        tx.audit("action_withdrawn", **info)
     _loop_paused(tx, r, answer, error)
     return tx.done(Ack(status="applied"))
 

@@ -28,16 +28,17 @@ from messages.replay import (
     SafetyCheck,
     StartReplay,
 )
+from workflow.safety import with_confirmations
 from workflow.setup_chain import with_setup
 
 
 def start(tx: Tx, msg: StartReplay) -> Decision:
     """A new replay of ``msg.workflow``; dispatches its first action if the session is free."""
     try:
-        workflow = with_setup(msg.workflow)
+        workflow = with_confirmations(with_setup(msg.workflow))
     except ValueError as exc:
         return Decision(ErrorReply(code="invalid_workflow", message=(
-            "the setup chain cannot be put in front of this workflow"),
+            "the setup chain or a confirming pause cannot be put in this workflow"),
             detail={"problems": [str(exc)[:500]]}))
     problems = rules.workflow_problems(workflow.actions)
     if problems:  # refused whole: a suffixed id must never collide with another step
@@ -101,10 +102,15 @@ def resume(tx: Tx, msg: ResumeReplay) -> Decision:
         return Decision(ErrorReply(code="operator_required", message=(
             "this pause has required checks: the person acknowledging them must be "
             "named (operator)"), detail={"required": required}))
+    if msg.step is not None and pause.failed_action is None:
+        return Decision(ErrorReply(code="no_failed_step", message=(
+            "this pause has no failed step to say done or redo"),
+            detail={"reason": pause.reason}))
     ids = list(dict.fromkeys(msg.acknowledged_check_ids))
     r.checks_acknowledged = {"ids": ids, "operator": msg.operator, **msg.by(), "at": tx.now}
     resume_action_id = None
-    if pause.failed_action is not None:
+    step = msg.step or ("done" if pause.reason in rules.INPUT_REASONS else "redo")
+    if pause.failed_action is not None and step == "redo":
         base = rules.base_id(pause.failed_action.action_id)
         n = r.resumes[base] = r.resumes.get(base, 0) + 1
         r.retry_budget.pop(base, None)  # a person looked: the step gets a fresh budget
@@ -118,14 +124,15 @@ def resume(tx: Tx, msg: ResumeReplay) -> Decision:
                           if res.outcome == "abandoned" and rules.base_id(aid) == base]
             if superseded:
                 r.supersedes[resume_action_id] = superseded
-    if pause.counts_step:  # the person has done this step: it counts as completed
-        r.index += 1
+    if pause.counts_step or (pause.failed_action is not None and step == "done"):
+        r.index += 1  # the person has done this step, or found it done: it counts
         r.completed_actions += 1
     r.status, r.pause = "running", None
     r.bump("resumes")
     tx.touch(r)
     info = {**who(r), "reason": pause.reason, "acknowledged_check_ids": ids,
             "operator": msg.operator, **msg.by(), "resume_action_id": resume_action_id,
+            "step": step if pause.failed_action is not None else None,
             "supersedes": r.supersedes.get(resume_action_id or "", [])}
     tx.event(events.REPLAY_RESUMED, **info)
     tx.audit("replay_resumed", **info)
@@ -191,6 +198,10 @@ def recover(tx: Tx) -> Decision:
     resent: list[str] = []
     for r in tx.book.active():
         r.loop_pending.clear()  # verdicts lost with the restart are not asked again
+        if r.status == PAUSED:
+            # Whether its claim was granted died with us: taken back, it is sent again on
+            # resume, and the agent's ledger answers it if an earlier attempt ran.
+            steps.withdraw(tx, r, "dispatcher_restarted")
         if r.inflight is not None:
             resent.append(r.inflight.action.action_id)
             steps.redispatch(tx, r, "dispatcher_restarted", orphan=False)

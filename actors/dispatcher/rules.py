@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from messages.dispatch import ActionReport
+from messages.dispatch import ActionReport, InputPerformed
 from messages.loop import LOOP_DETECTED
 from messages.replay import SafetyCheck
-from messages.workflow import Action
+from messages.workflow import INPUT_TYPES, Action
 from workflow.safety import pause_message
 
 _SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
@@ -28,8 +28,15 @@ ACTION_FAILED = "action_failed"
 ORPHAN_MAX_RESENDS = "orphan_max_resends"
 DEAD_CLIENT = "dead_client"
 OPERATOR = "operator"
+FAILED_AFTER_INPUT = "failed_after_input"
+INPUT_UNKNOWN = "input_unknown"
+GUARD_LOST = "guard_lost"
+INPUT_REASONS = frozenset({FAILED_AFTER_INPUT, INPUT_UNKNOWN})
+"""Pauses at a step whose input went out or may have: resuming goes on past it unless the
+person says ``redo`` (ResumeReplay.step)."""
 FAILURE_REASONS = frozenset({SYSTEM_DIALOG, WRONG_WINDOW, NEEDS_HUMAN, TARGET_NOT_FOUND,
-                             ACTION_FAILED, ORPHAN_MAX_RESENDS, DEAD_CLIENT, LOOP_DETECTED})
+                             ACTION_FAILED, ORPHAN_MAX_RESENDS, DEAD_CLIENT, LOOP_DETECTED,
+                             FAILED_AFTER_INPUT, INPUT_UNKNOWN, GUARD_LOST})
 """Pauses something went wrong for: a replay cancelled at one of them ends ``failed``."""
 
 
@@ -120,6 +127,35 @@ def report_pause(report: ActionReport, action: Action) -> PauseCause | None:
     return None
 
 
+def input_state(report: ActionReport, action: Action) -> InputPerformed:
+    """Whether a report's input went out; an agent that does not say (older than the field)
+    is taken at its worst for an input action."""
+    if report.input_performed is not None:
+        return report.input_performed
+    return "unknown" if action.type in INPUT_TYPES else "none"
+
+
+def input_pause(report: ActionReport, action: Action) -> PauseCause:
+    """A failed step whose input went out, or may have: never redone automatically (the
+    input would happen twice). The person checks the screen; resuming goes on with the next
+    step, unless they say it was not done (``redo``, docs/architecture.md)."""
+    state = input_state(report, action)
+    label, error = _label(action), report.error or "erreur"
+    if report.error == "indeterminate_after_restart":
+        head = f"Léa a redémarré pendant « {label} » et ne sait pas si l'action a été faite."
+    elif state == "performed":
+        head = f"L'action « {label} » a été faite, puis elle a échoué ({error})."
+    else:
+        head = f"Léa ne sait pas si l'action « {label} » a été faite ({error})."
+    return PauseCause(
+        FAILED_AFTER_INPUT if state == "performed" else INPUT_UNKNOWN,
+        f"{head} Vérifiez l'écran : Léa ne la refera pas d'elle-même. Si elle a été "
+        "faite, reprenez : Léa continuera à l'étape suivante ; sinon, faites-la vous-même "
+        "ou demandez à Léa de la refaire.",
+        {"error": report.error, "input_performed": state,
+         "target_description": report.target_description})
+
+
 def retries_exhausted(report: ActionReport, action: Action, retries: int) -> PauseCause:
     """The pause once a failing step has used its retry budget."""
     if report.error == "target_not_found":
@@ -133,7 +169,19 @@ def retries_exhausted(report: ActionReport, action: Action, retries: int) -> Pau
                       {"error": report.error, "retries": retries})
 
 
+def giveup_pauses(action: Action) -> bool:
+    """Whether giving up on ``action`` pauses the replay: always, but for a ``wait`` (it
+    has no effect and guards nothing). An input may have run; after a guard
+    (``verify_screen``) that never answered, nothing may run until a person looked."""
+    return action.type != "wait"
+
+
 def orphan_pause(action: Action) -> PauseCause:
+    if action.type == "verify_screen":
+        return PauseCause(GUARD_LOST,
+                          f"Léa n'a pas pu vérifier l'écran pour « {_label(action)} » (le "
+                          "poste n'a pas répondu). Vérifiez vous-même l'écran avant de "
+                          "reprendre.", {"action_type": action.type})
     return PauseCause(ORPHAN_MAX_RESENDS,
                       f"Léa n'a pas répondu pour « {_label(action)} », vérifiez l'écran "
                       "(l'action a peut-être été faite) avant de reprendre.",

@@ -26,7 +26,7 @@ from messages.loop import ForgetReplay
 from messages.monitor import MonitorResolution
 from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
-from messages.workflow import SCREEN_TYPES, Action
+from messages.workflow import INPUT_TYPES, SCREEN_TYPES, Action
 from workflow.safety import pause_checks
 
 ConsultKind = Literal["loop", "route", "capture", "payload"]
@@ -210,6 +210,7 @@ def pause(tx: Tx, r: ReplayState, cause: rules.PauseCause, action: Action | None
         counts_step=counts_step or (old.counts_step if old else False),
         safety_checks=all_checks, detail=cause.detail)
     drop_awaiting(r)
+    withdraw(tx, r, cause.reason)
     r.status = PAUSED
     r.bump("pauses")
     tx.touch(r)
@@ -219,6 +220,20 @@ def pause(tx: Tx, r: ReplayState, cause: rules.PauseCause, action: Action | None
     tx.event(events.REPLAY_PAUSED, **info)
     tx.audit("replay_paused", **info)
     notify_paused(tx, r)
+
+
+def withdraw(tx: Tx, r: ReplayState, reason: str) -> None:
+    """Take back the input action in flight if its claim was never granted: it has not run
+    and, its attempt no longer current, never will (agent_inputs.claim). It goes back to the
+    head of the queue and runs on resume. One granted runs to its end (D8)."""
+    e = r.inflight
+    if e is None or e.action.type not in INPUT_TYPES or e.claimed:
+        return
+    untrack(tx, r)
+    r.inserted.insert(0, e.action)
+    info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id, "reason": reason}
+    tx.event(events.ACTION_WITHDRAWN, **info)
+    tx.audit("action_withdrawn", **info)
 
 
 def notify_paused(tx: Tx, r: ReplayState) -> None:

@@ -14,7 +14,6 @@ from actors.dispatcher.state import Resolution
 from messages import events
 from messages.dispatch import InFlightList, OrphanGiveUp, OrphanResend
 from messages.replay import Ack
-from messages.workflow import CRITICAL_TYPES
 
 
 def inflight(book: ReplayBook) -> Decision:
@@ -61,9 +60,9 @@ def orphan_giveup(tx: Tx, msg: OrphanGiveUp) -> Decision:
     now = tx.now
     r.giveup_times = [t for t in r.giveup_times if now - t <= period] + [now]
     tx.touch(r)
-    critical = action.type in CRITICAL_TYPES
+    pauses = rules.giveup_pauses(action)
     info = {**who(r, action.action_id), "attempt_id": msg.attempt_id,
-            "action_type": action.type, "critical": critical,
+            "action_type": action.type, "critical": action.critical, "pauses": pauses,
             "resent_count": msg.resent_count, "age_s": msg.age_s, "claimed": claimed}
     tx.event(events.DISPATCH_ORPHAN_GIVEUP, **info)
     tx.audit("action_given_up", **info)
@@ -74,10 +73,10 @@ def orphan_giveup(tx: Tx, msg: OrphanGiveUp) -> Decision:
                  period_s=period, replay_id=r.replay_id, machine_id=r.machine_id)
         steps.pause(tx, r, rules.dead_client_pause(r.machine_id, dead, period), action,
                     failed=action)
-    elif critical:
+    elif pauses:
         steps.pause(tx, r, rules.orphan_pause(action), action, failed=action)
     else:
-        r.index += 1  # D2: a lost wait/scroll/verify is logged and the replay goes on
+        r.index += 1  # a lost wait is logged and the replay goes on
         steps.advance(tx, r)
     return tx.done(Ack(status="abandoned", detail={
         "replay_status": r.status, "dead_count": dead}))

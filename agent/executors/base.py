@@ -2,8 +2,10 @@
 
 An executor runs in the agent's execution thread, one action at a time. It may block (a
 ``wait``, a slow screen); it should not raise, but if it does the agent reports the
-exception as a failure (invariant C1). It must call ``effects.record(dispatch)`` right after
-each input it performs, and never for a refusal (wrong window, target not found, ...).
+exception as a failure (invariant C1). It sends each input inside an
+:class:`~agent.effects.InputTracker` (which writes the effects log right after it, never for
+a refusal: wrong window, target not found, ...) and reports the tracker's state as the
+outcome's ``input_performed``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from agent.effects import EffectsLog
-from messages.dispatch import ActionSite, DispatchAction
+from messages.dispatch import ActionSite, DispatchAction, InputPerformed
 from messages.workflow import TargetSpec
 
 
@@ -40,6 +42,9 @@ class ActionOutcome:
     needs_human: bool = False
     site: ActionSite | None = None
     """Where the input went (foreground window, focus), when the platform can say."""
+    input_performed: InputPerformed = "unknown"
+    """Set by the executor from its :class:`~agent.effects.InputTracker` once the action is
+    over; ``unknown`` until then, so an outcome nobody vouched for is never retried."""
 
     @classmethod
     def failure(cls, error: str, **fields: Any) -> ActionOutcome:

@@ -35,12 +35,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 from loguru import logger
 
-from agent.effects import EffectsLog
+from agent.effects import EffectsLog, InputTracker
 from agent.executors.base import ActionOutcome, ExecutorUnavailable
 from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_frames import action_site, encode_screenshot, screen_changed
@@ -87,22 +88,24 @@ FAILSAFE_MESSAGE = ("the mouse was pushed into a corner of the screen (pyautogui
 
 
 class _Effects:
-    """Records the action in the effects log once, right after its first input; and where
-    the input went (``site``, read just before it: the loop detector judges progress there)."""
+    """The attempt's inputs (:class:`~agent.effects.InputTracker`: the effects log and the
+    report's ``input_performed``), and where the input went (``site``, read just before it:
+    the loop detector judges progress there)."""
 
     def __init__(self, dispatch: DispatchAction, log: EffectsLog | None) -> None:
-        self.dispatch, self.log, self.done = dispatch, log, False
+        self.inputs = InputTracker(dispatch, log)
         self.site: ActionSite | None = None
 
     def locate(self, area: Area) -> None:
         self.site = action_site(area.rect, geometry.active_window_rect(),
                                 geometry.focus_rect())
 
-    def input(self) -> None:
-        if not self.done:
-            self.done = True
-            if self.log is not None:
-                self.log.record(self.dispatch)
+    @property
+    def done(self) -> bool:
+        return self.inputs.performed
+
+    def sending(self) -> AbstractContextManager[None]:
+        return self.inputs.sending()
 
 
 class DesktopExecutor:
@@ -145,15 +148,25 @@ class DesktopExecutor:
     # The action ------------------------------------------------------------------------------
 
     def execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
+        """The outcome says whether an input went out (``input_performed``), whatever
+        failed and whenever: a capture that fails after a click (the lock screen coming up)
+        must not make the click look undone."""
+        fx = _Effects(dispatch, effects)
         with self._lock:
             try:
-                return self._execute(dispatch, _Effects(dispatch, effects))
+                outcome = self._execute(dispatch, fx)
             except self.gui.FailSafeException:
                 logger.warning("{}: {}", dispatch.action.action_id, FAILSAFE_MESSAGE)
-                return ActionOutcome.failure("failsafe_triggered", needs_human=True,
-                                             target_description=FAILSAFE_MESSAGE)
+                outcome = ActionOutcome.failure("failsafe_triggered", needs_human=True,
+                                                target_description=FAILSAFE_MESSAGE)
             except CaptureError as exc:
-                return ActionOutcome.failure(f"capture_failed: {exc}"[:300])
+                outcome = ActionOutcome.failure(f"capture_failed: {exc}"[:300])
+            except Exception as exc:  # C1, with what is known of the input
+                logger.exception("the desktop executor failed on {}",
+                                 dispatch.action.action_id)
+                outcome = ActionOutcome.failure(
+                    f"executor_error:{type(exc).__name__}: {exc}"[:300])
+        return replace(outcome, input_performed=fx.inputs.state)
 
     def _execute(self, dispatch: DispatchAction, fx: _Effects) -> ActionOutcome:
         action = dispatch.action
@@ -317,8 +330,8 @@ class DesktopExecutor:
         x, y, fields = located
         button, clicks = POINTER[action.type]
         fx.locate(area)
-        self.gui.click(x, y, clicks=clicks, interval=0.05, button=button)
-        fx.input()
+        with fx.sending():
+            self.gui.click(x, y, clicks=clicks, interval=0.05, button=button)
         return ActionOutcome(success=True, **fields)
 
     def _type(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
@@ -349,19 +362,19 @@ class DesktopExecutor:
             if isinstance(located, ActionOutcome):
                 return located
             x, y, fields = located
-            self.gui.click(x, y)
-            fx.input()
+            with fx.sending():
+                self.gui.click(x, y)
         fx.locate(area)  # after the click that gave the focus, before the first key
         if action.parameters.get("clear_first"):
-            self.gui.hotkey("ctrl", "a")
-            fx.input()
-            self.gui.press("delete")
+            with fx.sending():
+                self.gui.hotkey("ctrl", "a")
+                self.gui.press("delete")
         for typed, run in runs:
-            if typed:
-                self.gui.write(run, interval=self.config.type_interval_s)
-            else:  # the whole text, already in the clipboard (_to_clipboard)
-                self.gui.hotkey("ctrl", "v")
-            fx.input()
+            with fx.sending():
+                if typed:
+                    self.gui.write(run, interval=self.config.type_interval_s)
+                else:  # the whole text, already in the clipboard (_to_clipboard)
+                    self.gui.hotkey("ctrl", "v")
         return ActionOutcome(success=True, **fields)
 
     def _typeable(self) -> set[str]:
@@ -388,8 +401,8 @@ class DesktopExecutor:
             keys = normalise_keys(list(action.parameters["keys"]), self.gui.KEYBOARD_KEYS)
         except InputSpecError as exc:
             return ActionOutcome.failure(f"invalid_parameters:{exc}")
-        self.gui.hotkey(*keys)
-        fx.input()
+        with fx.sending():
+            self.gui.hotkey(*keys)
         return ActionOutcome(success=True)
 
     def _scroll(self, action: Action, area: Area, before: Shot, fx: _Effects) -> ActionOutcome:
@@ -410,8 +423,8 @@ class DesktopExecutor:
             x, y = (px, py) if x0 <= px < x0 + w and y0 <= py < y0 + h else \
                 self._safe(x0 + w // 2, y0 + h // 2)
         fx.locate(area)
-        self.gui.scroll(delta, x=x, y=y)
-        fx.input()
+        with fx.sending():
+            self.gui.scroll(delta, x=x, y=y)
         return ActionOutcome(success=True, **fields)
 
     # Observation -----------------------------------------------------------------------------

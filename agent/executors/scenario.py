@@ -62,16 +62,22 @@ class Behaviour(_Strict):
     wrong_window: bool = False
     loop: bool = False
     crash: Literal["before", "after"] | None = None
+    fail_after_input: str | None = Field(None, min_length=1, max_length=200)
+    """The input is performed, then the step fails with this error (a capture that fails
+    right after a click: the lock screen came up)."""
+    raise_in_input: bool = False
+    """The call that sends the input raises once the input is out: the agent cannot tell."""
     delay_s: float = Field(0.0, ge=0.0, le=3600.0)
     times: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Behaviour:
         kinds = [self.fail is not None, self.system_dialog is not None, self.wrong_window,
-                 self.loop, self.crash is not None]
+                 self.loop, self.crash is not None, self.fail_after_input is not None,
+                 self.raise_in_input]
         if sum(kinds) > 1:
             raise ValueError("a rule takes at most one of fail, system_dialog, wrong_window,"
-                             " loop, crash")
+                             " loop, crash, fail_after_input, raise_in_input")
         return self
 
 

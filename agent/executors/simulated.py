@@ -13,13 +13,14 @@ import io
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from agent.effects import EffectsLog
+from agent.effects import EffectsLog, InputTracker
 from agent.executors.base import ActionOutcome
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
 from agent.executors.window_guard import title_after
@@ -234,14 +235,20 @@ class SimulatedExecutor:
         if behaviour.delay_s:
             self._sleep(behaviour.delay_s)
         refusal = self._refusal(action, behaviour)
-        if refusal is not None:
-            return _with_frames(refusal, before, self.desktop.render())
+        if refusal is not None:  # nothing was sent
+            return _with_frames(replace(refusal, input_performed="none"), before,
+                                self.desktop.render())
         if behaviour.crash == "before":
             self._exit(CRASH_EXIT_CODE)
         started = time.perf_counter()
-        outcome = self._perform(dispatch, effects, behaviour.loop)
+        inputs = InputTracker(dispatch, effects)
+        outcome = self._perform(dispatch, inputs, behaviour)
         if behaviour.crash == "after":
             self._exit(CRASH_EXIT_CODE)
+        if behaviour.fail_after_input is not None and inputs.performed:
+            # What a capture failing right after a click looks like (the lock screen).
+            outcome = ActionOutcome.failure(behaviour.fail_after_input)
+        outcome = replace(outcome, input_performed=inputs.state)
         after = self.desktop.render()
         if outcome.success and action.type in ("click", "double_click", "right_click") \
                 and after == before:
@@ -286,17 +293,20 @@ class SimulatedExecutor:
             return ActionOutcome.failure("unsupported_action_type:pause_for_human")
         return None
 
-    def _perform(self, dispatch: DispatchAction, effects: EffectsLog | None,
-                 loop: bool) -> ActionOutcome:
-        action, desk = dispatch.action, self.desktop
+    def _perform(self, dispatch: DispatchAction, inputs: InputTracker,
+                 behaviour: Behaviour) -> ActionOutcome:
+        action, desk, loop = dispatch.action, self.desktop, behaviour.loop
         p = action.parameters
 
-        def done() -> None:
-            if effects is not None:
-                effects.record(dispatch)
+        @contextmanager
+        def sending() -> Iterator[None]:
+            with inputs.sending():
+                yield
+                if behaviour.raise_in_input:
+                    raise RuntimeError("the input call failed half-way (simulated)")
 
         if action.type in ("click", "double_click", "right_click"):
-            return self._pointer(dispatch, effects, loop)
+            return self._pointer(action, sending, loop)
         if action.type == "type":
             spec = action.target_spec
             if spec is not None and spec.by_text:
@@ -305,22 +315,22 @@ class SimulatedExecutor:
                     return _not_found(action)
                 if not loop:
                     desk.focused = field_.name
-            if not loop:
-                desk.type_text(str(p["text"]))
-            done()
+            with sending():
+                if not loop:
+                    desk.type_text(str(p["text"]))
             return ActionOutcome(success=True)
         if action.type == "key_combo":
-            if not loop:
-                desk.press([str(k) for k in p["keys"]])
-            done()
+            with sending():
+                if not loop:
+                    desk.press([str(k) for k in p["keys"]])
             return ActionOutcome(success=True)
         if action.type == "scroll":
             delta = p.get("delta", p.get("clicks", -3))
             if not isinstance(delta, int) or isinstance(delta, bool):
                 return ActionOutcome.failure("invalid_parameters:scroll needs an integer delta")
-            if not loop:
-                desk.scroll_by(delta)
-            done()
+            with sending():
+                if not loop:
+                    desk.scroll_by(delta)
             return ActionOutcome(success=True)
         if action.type == "wait":
             self._sleep(int(p["duration_ms"]) / 1000.0)
@@ -344,9 +354,8 @@ class SimulatedExecutor:
                                    f"got {desk.window_title!r}")
         return ActionOutcome(success=True)
 
-    def _pointer(self, dispatch: DispatchAction, effects: EffectsLog | None,
+    def _pointer(self, action: Action, sending: Callable[[], AbstractContextManager[None]],
                  loop: bool) -> ActionOutcome:
-        action = dispatch.action
         spec = action.target_spec
         widget = self.desktop.find(spec.by_text) if spec and spec.by_text else None
         if widget is not None:
@@ -355,10 +364,9 @@ class SimulatedExecutor:
             (x, y), method, score = (spec.x_pct, spec.y_pct), "position_fallback", 0.5
         else:
             return _not_found(action)
-        if not loop:
-            self.desktop.click(x, y, action.type)
-        if effects is not None:
-            effects.record(dispatch)
+        with sending():
+            if not loop:
+                self.desktop.click(x, y, action.type)
         return ActionOutcome(success=True, actual_position={"x_pct": x, "y_pct": y},
                              resolution_method=method, resolution_score=score)
 

@@ -13,6 +13,7 @@
   let busy = false;      // a resume or cancel is on its way
   let detailTries = 0;
   let refreshTimer = null;
+  const INPUT_REASONS = new Set(["failed_after_input", "input_unknown"]);
 
   // The pause dialog ---------------------------------------------------------------------------
   function ticked() {
@@ -32,6 +33,7 @@
     const readOnly = !Lea.mayAnswer(); // a viewer: the server refuses anyway (role_forbidden)
     button.disabled = readOnly || busy || missing.length > 0;
     $("#cancel").disabled = readOnly || busy;
+    $("#redo").disabled = readOnly || busy || missing.length > 0;
     $("#pause-now").disabled = readOnly || busy;
     const hint = $("#pause-hint");
     if (!pause) return;
@@ -83,6 +85,8 @@
       return;
     }
     $("#pause-message").textContent = next.message;
+    // A step whose input may have gone out is not redone unless the person says so.
+    $("#redo").hidden = !INPUT_REASONS.has(next.reason);
     $("#pause-reason").textContent = next.reason_label;
     const loop = $("#pause-loop");
     loop.hidden = !next.loop;
@@ -167,6 +171,11 @@
 
   $("#continue").addEventListener("click", () => {
     answer("resume", { acknowledged_check_ids: ticked() }, "C'est noté : Léa reprend le replay.");
+  });
+  $("#redo").addEventListener("click", () => {
+    if (!window.confirm("Léa va refaire cette étape. Continuez seulement si l'écran montre qu'elle n'a pas été faite.")) return;
+    answer("resume", { acknowledged_check_ids: ticked(), step: "redo" },
+      "C'est noté : Léa refait l'étape.");
   });
   $("#cancel").addEventListener("click", () => {
     if (!window.confirm("Arrêter définitivement ce replay ? Léa ne fera plus aucune de ses étapes sur le poste.")) return;

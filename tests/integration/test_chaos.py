@@ -45,7 +45,8 @@ AGENT_DOWN_S = (2.0, 8.0)  # mostly less than a give-up (3 attempts of 3 s orpha
 FLAKY_P = 0.1  # steps that fail once (target_not_found, per agent process), then succeed
 # Pauses whose step may or may not have been performed, as the system says (D2, the
 # indeterminate report): a person must look. Their step ran at most once.
-UNKNOWN_PAUSES = {"needs_human", "orphan_max_resends", "dead_client"}
+UNKNOWN_PAUSES = {"needs_human", "input_unknown", "failed_after_input", "orphan_max_resends",
+                  "dead_client"}
 
 
 def chaos_workflow(rng: random.Random, n: int, workflow_id: str) -> Workflow:
@@ -162,7 +163,8 @@ class Chaos:
                 continue
             try:
                 self.system.client.call("dispatcher", ResumeReplay(
-                    replay_id=s.replay_id, operator="chaos"), timeout_s=2.0, retries=0)
+                    replay_id=s.replay_id, operator="chaos", step="redo"), timeout_s=2.0,
+                    retries=0)
             except CallFailed:
                 continue  # the dispatcher is down, or it did and the answer was lost
             s.resumed.append(s.wf.actions[summary.index].action_id)
@@ -173,7 +175,7 @@ class Chaos:
         # screen shows it was not done. (Not so after an orphan give-up: a copy of the
         # abandoned dispatch may still reach the agent later, and the resume, another
         # action id, would then perform the step a second time.)
-        if summary.status != "paused_need_help" or summary.pause_reason != "needs_human":
+        if summary.status != "paused_need_help" or summary.pause_reason != "input_unknown":
             return False
         return s.performed()[s.wf.actions[summary.index].action_id] == 0
 

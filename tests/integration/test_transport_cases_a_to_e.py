@@ -71,7 +71,8 @@ def test_case_b_agent_killed_after_receiving_before_executing(
     Our design differs from the origin spec (which re-executes): the restarted agent cannot know
     whether the input happened, so it reports s1 ``needs_human`` with error
     ``indeterminate_after_restart`` and the replay pauses; nothing is executed, nothing is
-    guessed. A person resumes: ``s1_resume`` runs once and the replay completes. The
+    guessed. A person finds s1 not done and resumes with ``step="redo"``: ``s1_resume``
+    runs once and the replay completes. The
     watchdog is held off (orphan timeout 30 s): a slow restart must not turn this into a
     give-up (case h).
     """
@@ -87,14 +88,15 @@ def test_case_b_agent_killed_after_receiving_before_executing(
     agent.scenario_path.write_text("{}")  # the restarted agent behaves normally
     agent.start()
     paused = system.wait_status(rid, PAUSED, timeout=30)
-    assert paused.pause_reason == "needs_human"
+    assert paused.pause_reason == "input_unknown"
     assert paused.pause_message is not None and "redémarré" in paused.pause_message
     verdict = accepted(system, rid, "s1")
     assert (verdict.success, verdict.error) == (False, "indeterminate_after_restart")
     assert agent.executed("s1") == 0
     assert system.inflight_of(rid) is None  # I6: a paused replay dispatches nothing
 
-    reply = system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test"))
+    reply = system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test",
+                                                   step="redo"))
     assert isinstance(reply, ReplayResumed)
     system.wait_status(rid, "completed", timeout=30)
     assert_client_invariants(system, agent, ["s0", "s1_resume", "s2"])
@@ -122,7 +124,7 @@ def test_case_c_agent_executes_then_dies_before_reporting(
     agent.scenario_path.write_text("{}")
     agent.start()
     paused = system.wait_status(rid, PAUSED, timeout=30)
-    assert paused.pause_reason == "needs_human"
+    assert paused.pause_reason == "input_unknown"
     assert accepted(system, rid, "s1").error == "indeterminate_after_restart"
     assert system.inflight_of(rid) is None  # nothing left for the watchdog to resend
     assert_client_invariants(system, agent, ["s0", "s1"])

@@ -93,11 +93,12 @@ def test_thirty_steps_exactly_once_across_kill_9_of_the_windows_agent(
     agent.scenario_path.write_text("{}")
     agent.start()
     paused = system.wait_status(rid, "paused_need_help", timeout=90)
-    assert paused.pause_reason == "needs_human"
+    assert paused.pause_reason == "input_unknown"
     assert accepted(system, rid, "s10").error == "indeterminate_after_restart"
     assert agent.executed("s10") == 0
 
-    system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test"))
+    # The person sees s10 was not done: Léa redoes it (by default she would go on).
+    system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test", step="redo"))
     wait_until(lambda: len(agent.effects()) >= 20, timeout=120)
     system.call("dispatcher", PauseReplay(replay_id=rid, operator="test"))
     system.wait_status(rid, "paused_need_help", timeout=60,

@@ -86,9 +86,9 @@ def test_end_of_session_stops_the_windows_agent_and_its_ledger_answers_after(
         agent.scenario_path.write_text("{}")
         agent.start()
         paused = system.wait_status(rid, "paused_need_help", timeout=90)
-        assert paused.pause_reason == "needs_human"
+        assert paused.pause_reason == "input_unknown"
         assert accepted(system, rid, "s1").error == "indeterminate_after_restart"
-        system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test"))
+        system.call("dispatcher", ResumeReplay(replay_id=rid, operator="test", step="redo"))
         system.wait_status(rid, "completed", timeout=120)
         assert_client_invariants(system, agent, ["s0", "s1_resume", "s2"])
     finally:

@@ -220,6 +220,24 @@ def test_scenario_crash_after_the_effect(tmp_path: Path) -> None:
     assert h.exits == [CRASH_EXIT_CODE] and h.effect_ids() == ["c"]
 
 
+def test_every_outcome_says_whether_its_input_went_out(tmp_path: Path) -> None:
+    """``input_performed``: the dispatcher retries only ``none`` (docs/protocol.md)."""
+    h = Harness(tmp_path, {"actions": {
+        "refused": {"fail": "target_not_found"}, "late": {"fail_after_input": "capture_failed"},
+        "half": {"raise_in_input": True}}})
+    assert h.run(click("Valider", "ok")).input_performed == "performed"
+    assert h.run(click("Valider", "refused")).input_performed == "none"
+    assert h.run(click("Nulle part", "absent")).input_performed == "none"
+    assert h.run(act("w", "wait", parameters={"duration_ms": 1})).input_performed == "none"
+    assert h.run(act("v", "verify_screen")).input_performed == "none"
+    late = h.run(click("Valider", "late"))
+    assert (late.success, late.error, late.input_performed) == (
+        False, "capture_failed", "performed")
+    with pytest.raises(RuntimeError):  # the agent says "unknown" (agent/process.py)
+        h.run(click("Valider", "half"))
+    assert h.effect_ids() == ["ok", "late"]
+
+
 def test_scenario_files_are_validated(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"actions": {"a": {"fail": "x", "times": 1}},

@@ -83,7 +83,12 @@ def test_the_refusal_reads_well_from_a_file(tmp_path: Path) -> None:
         load_workflow(path)
 
 
-def test_only_pause_for_human_is_looked_at() -> None:
+def test_the_safety_fields_are_checked_on_every_step() -> None:
+    """Honoured on any step (a confirming pause goes in front: workflow.safety), so never
+    ignored: a misspelt level on a click is refused like one on a pause."""
     w = workflow({})
     w["actions"][0]["parameters"] = {"safety_level": "whatever"}
-    Workflow.model_validate(w)
+    with pytest.raises(ValueError, match=r"actions\[0\]\.parameters"):
+        Workflow.model_validate(w)
+    w["actions"][0]["parameters"] = {"other": 1}
+    Workflow.model_validate(w)  # the rest of a click's parameters are not looked at

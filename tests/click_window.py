@@ -22,11 +22,15 @@ BUTTON_BLUE = (0x2A, 0x6F, 0xDB)
 class Target:
     """The click-target window: its log and where its canvas and field are."""
 
-    def __init__(self, display: XDisplay | str, tmp: Path, title: str, x: int, y: int) -> None:
+    def __init__(self, display: XDisplay | str, tmp: Path, title: str, x: int, y: int,
+                 then: tuple[str, int] | None = None) -> None:
+        """``then``: the first click closes it and opens that window after that many ms
+        (tests/fixtures/click_target.py)."""
         self.log = tmp / f"{title}.jsonl"
+        more = [] if then is None else [then[0], str(then[1])]
         self.proc = subprocess.Popen(
             [sys.executable, str(FIXTURES / "click_target.py"), title, str(x), str(y), "600",
-             "400", str(self.log)], env=_env(display), stdout=subprocess.PIPE)
+             "400", str(self.log), *more], env=_env(display), stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         layout = json.loads(self.proc.stdout.readline())
         self.canvas: list[int] = layout["canvas"]

@@ -262,6 +262,29 @@ def test_unknown_key_is_refused_before_any_input(executor: Any, target: Target,
     effects.close()
 
 
+# The window after an input (expected_window_title) -----------------------------------------
+
+@pytest.mark.parametrize("then", [("", 0), ("Facturation", 500)])
+def test_a_window_unknown_after_the_click_is_not_the_expected_one(
+        executor: Any, display: XDisplay, tmp_path: Path, then: tuple[str, int]) -> None:
+    """The click closes the window: for a moment (then another window comes up) or for
+    good, no window is in front, and that read used to end the check as passed. The input
+    happened (a success, never redone) with the warning that pauses the replay."""
+    t = Target(display, tmp_path, "Cible", 1580, 150, then=then)
+    try:
+        x, y = t.canvas[0] + 300, t.canvas[1] + 200
+        outcome = run(executor, type="click", target_spec=pct_of_second(x, y),
+                      expected_window_title="Confirmation")
+        assert outcome.success and outcome.warning == "wrong_window", outcome
+        assert len(t.events("click")) == 1
+        assert outcome.target_description is not None
+        assert outcome.target_description.startswith("after the action, ")
+        if not then[0]:
+            assert "could not be read (expected 'Confirmation')" in outcome.target_description
+    finally:
+        t.close()
+
+
 # verify_screen guards --------------------------------------------------------------------
 
 def test_title_guard_matches_case_insensitively(executor: Any, target: Target) -> None:

@@ -29,7 +29,7 @@ from agent.effects import EffectsLog, read_effects
 from agent.executors.base import ActionOutcome
 from agent.executors.desktop_config import DesktopConfig
 from messages.dispatch import DispatchAction, DispatchMeta
-from messages.monitor import MonitorResolution
+from messages.monitor import COMPOSITE, MonitorResolution
 from messages.workflow import Action
 from tests.click_window import BUTTON, BUTTON_BLUE, Target
 from tests.conftest import wait_until
@@ -147,6 +147,29 @@ def test_without_a_resolution_the_agent_finds_monitor_index_itself(executor: Any
                   target_spec=pct_of_second(x, y))
     assert outcome.success, outcome
     assert near(wait_until(lambda: target.events("click"))[0], x, y)
+
+
+def test_an_invalid_index_is_not_clicked_on_the_composite(executor: Any, display: XDisplay,
+                                                          tmp_path: Path) -> None:
+    """The router called the index invalid: the middle of the composite (here on the
+    canvas of a window) is not where the step was recorded; no input, a person decides."""
+    t = Target(display, tmp_path, "Cible", 1400, 300)
+    try:
+        cx, cy = 3200 // 2, 1080 // 2
+        assert t.canvas[0] < cx < t.canvas[0] + t.canvas[2] and \
+            t.canvas[1] < cy < t.canvas[1] + t.canvas[3]
+        effects = EffectsLog(tmp_path / "effects.jsonl", "m1")
+        outcome = run(executor, effects, COMPOSITE.model_copy(update={"reason": "invalid_index"}),
+                      type="click", monitor_index=5, target_spec={"x_pct": 0.5, "y_pct": 0.5})
+        assert (outcome.success, outcome.error, outcome.needs_human) == (
+            False, "monitor_unavailable", True), outcome
+        assert outcome.target_description is not None and "monitor 5" in \
+            outcome.target_description
+        time.sleep(0.5)
+        assert t.events("click") == [] and read_effects(effects.path) == []
+        effects.close()
+    finally:
+        t.close()
 
 
 @pytest.mark.parametrize("variant", ["exact", "shifted_1px", "rescaled_105", "rescaled_95"])

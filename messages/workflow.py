@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from messages.base import is_plain_json
-from messages.monitor import Monitor
+from messages.monitor import MAX_MONITORS, Monitor
 
 ActionType = Literal[
     "click", "double_click", "right_click", "type", "key_combo", "scroll", "wait",
@@ -144,7 +144,9 @@ class Action(_Strict):
     expected_window_title: str | None = None
     success_strict: bool = False
     intention: str | None = None
-    monitor_index: int | None = None
+    monitor_index: int | None = Field(None, ge=0, lt=MAX_MONITORS)
+    """The recorded monitor's idx (messages/monitor.py); beyond what any workstation has it
+    could only be refused at the replay (docs/screens-and-pauses.md): refused here."""
     monitor_geometry: Monitor | None = None
     """The recorded monitor (its entry of the recording agent's ``monitors_geometry``), so the
     router finds the same physical screen even if the layout changed (messages/monitor.py)."""
@@ -190,7 +192,7 @@ class SetupSpec(_Strict):
     source_window_title: str | None = Field(None, max_length=500)
     app_window_titles: list[str] | None = Field(None, max_length=20)
     language: Literal["fr", "en"] = "fr"
-    monitor_index: int | None = None
+    monitor_index: int | None = Field(None, ge=0, lt=MAX_MONITORS)
 
 
 class Workflow(_Strict):

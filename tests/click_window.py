@@ -23,12 +23,15 @@ class Target:
     """The click-target window: its log and where its canvas and field are."""
 
     def __init__(self, display: XDisplay | str, tmp: Path, title: str, x: int, y: int,
-                 on_click: str | None = None) -> None:
+                 then: tuple[str, int] | None = None, on_click: str | None = None) -> None:
+        """``then``: the first click closes it and opens that window after that many ms;
+        ``on_click``: a shell command run at the first click (tests/fixtures/click_target.py)."""
         self.log = tmp / f"{title}.jsonl"
+        more = ([] if then is None else ["--then", then[0], str(then[1])]) + (
+            [] if on_click is None else ["--on-click", on_click])
         self.proc = subprocess.Popen(
             [sys.executable, str(FIXTURES / "click_target.py"), title, str(x), str(y), "600",
-             "400", str(self.log), *([on_click] if on_click else [])], env=_env(display),
-            stdout=subprocess.PIPE)
+             "400", str(self.log), *more], env=_env(display), stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         layout = json.loads(self.proc.stdout.readline())
         self.canvas: list[int] = layout["canvas"]

@@ -140,25 +140,30 @@ def start_x_server(argv: list[str]) -> tuple[str, subprocess.Popen[bytes]]:
     return display, server
 
 
-def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False) -> XDisplay:
-    """Start Xvfb with these monitors (first = primary); see the module docstring."""
-    if not monitors:
-        raise ValueError("at least one monitor")
+def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False,
+                   randr: bool = True) -> XDisplay:
+    """Start Xvfb with these monitors (first = primary); see the module docstring.
+    ``randr=False``: one screen and no RandR extension, so its monitors cannot be listed
+    (what an agent sees when it cannot list its monitors)."""
+    if not monitors or (not randr and len(monitors) > 1):
+        raise ValueError("at least one monitor, and only one without RandR")
     for w, h, x, y in monitors:
         if w <= 0 or h <= 0 or x < 0 or y < 0:
             raise ValueError(f"monitor {(w, h, x, y)}: sizes > 0 and origins >= 0 on X11")
     width = max(x + w for w, h, x, y in monitors)
     height = max(y + h for w, h, x, y in monitors)
     display, server = start_x_server([_need("Xvfb"), "-screen", "0", f"{width}x{height}x24",
-                                      "-nolisten", "tcp", "-noreset"])
+                                      "-nolisten", "tcp", "-noreset",
+                                      *(() if randr else ("-extension", "RANDR"))])
     result = XDisplay(display, list(monitors), server)
     try:
-        for i, (w, h, x, y) in enumerate(monitors):
+        for i, (w, h, x, y) in enumerate(monitors if randr else ()):
             mm_w, mm_h = round(w * 25.4 / 96), round(h * 25.4 / 96)  # 96 dpi
             name = f"{'*' if i == 0 else ''}MON{i + 1}"
             _xrandr(display, "--setmonitor", name, f"{w}/{mm_w}x{h}/{mm_h}+{x}+{y}", "none")
         # Without this screeninfo sees one monitor (display-facts.md).
-        _xrandr(display, "--output", "screen", "--off", "--fb", f"{width}x{height}")
+        if randr:
+            _xrandr(display, "--output", "screen", "--off", "--fb", f"{width}x{height}")
         if window_manager:
             result.window_manager = subprocess.Popen(
                 [_need("openbox"), "--sm-disable"], env=result.env(),
@@ -188,13 +193,14 @@ XDisplayFactory = Callable[..., str]
 
 @pytest.fixture
 def xdisplay() -> Iterator[XDisplayFactory]:
-    """``xdisplay([(w, h, x, y), ...], window_manager=False) -> ":N"``; stopped at teardown."""
+    """``xdisplay([(w, h, x, y), ...], window_manager=False, randr=True) -> ":N"``; stopped
+    at teardown."""
     started: list[XDisplay] = []
 
-    def factory(monitors: Sequence[MonitorSpec],
-                window_manager: bool = False) -> str:
+    def factory(monitors: Sequence[MonitorSpec], window_manager: bool = False,
+                randr: bool = True) -> str:
         try:
-            started.append(start_xdisplay(monitors, window_manager))
+            started.append(start_xdisplay(monitors, window_manager, randr))
         except XDisplayError as exc:
             pytest.fail(str(exc))
         return started[-1].display

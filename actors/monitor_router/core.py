@@ -6,7 +6,9 @@ The cascade, for one action and the agent's last heartbeat:
 1. No heartbeat, a stale one, or ``monitors_geometry == []`` → the composite
    (``composite_fallback``): the agent cannot do better than the whole desktop.
 2. The action names a monitor (``monitor_index`` and/or the recorded ``monitor_geometry``):
-   - an index outside ``0..MAX_MONITORS-1`` → the composite, ``lea:monitor_invalid_index``;
+   - an index outside ``0..MAX_MONITORS-1`` → the composite, ``lea:monitor_invalid_index``
+     (a workflow cannot name one: messages/workflow.py bounds it by the same constant; the
+     agent refuses an action routed so, agent/executors/desktop_target.py);
    - found among the agent's monitors → that one (``action``). With a recorded geometry the
      same *physical* screen is looked for, never just the same number: same rectangle (and
      name), else same name and size (moved: ``reason="moved"``), else same rectangle

@@ -55,11 +55,13 @@ from agent.executors.desktop_target import (
 )
 from agent.executors.desktop_text import Resolved, TextSettings
 from agent.executors.window_guard import (
+    WINDOW_CHECK_S,
     WRONG_WINDOW,
     GuardSpecError,
     check_window,
     guard_patterns,
     guard_timeout_s,
+    read_until,
     title_after,
     title_mismatch,
 )
@@ -235,8 +237,10 @@ class DesktopExecutor:
 
     def _front_refusal(self, action: Action) -> ActionOutcome | None:
         """Why no input may be sent now (module docstring), or None: the window in front
-        is unknown (a system dialog), or is not ``expected_window_before``."""
-        front = geometry.foreground()
+        is still unknown after WINDOW_CHECK_S (a system dialog; for a moment after an input
+        it often is), or is not ``expected_window_before``."""
+        front = read_until(geometry.foreground, lambda f: f.blocker is None, WINDOW_CHECK_S,
+                           self._clock, self._sleep)
         if front.blocker is not None:
             reason = BLOCKERS.get(front.blocker, front.blocker)
             logger.warning("{}: no input sent, {}", action.action_id, reason)

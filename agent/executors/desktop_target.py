@@ -14,8 +14,10 @@ Monitor (``target_area``), obeying the monitor router (docs/screens-and-pauses.m
   fresher, monitors (re-plugged meanwhile); never another screen that now has its number;
 - otherwise the action names a monitor nobody can find: the area is *refused*
   (``error="monitor_unavailable"``), nothing is done, and the replay pauses for a person.
-  An ``invalid_index`` (no monitor can have it: a workflow error) stays on the composite, as
-  the router said; so does an agent that cannot list its monitors at all.
+  So is an ``invalid_index`` (no workstation has that monitor), and any named monitor on an
+  agent that cannot list its monitors at all: the composite would put a position recorded
+  on one screen in the middle of all of them. Only an action that names no monitor runs on
+  the composite.
 
 Pixel (``resolve_point``): by the visible text
 ``target_spec.by_text`` read on that monitor's pixels (agent/grounding/), by template
@@ -41,7 +43,7 @@ from PIL import Image
 from agent.anchor import AnchorError, decode_anchor, find_anchor
 from agent.executors.desktop_text import OCR, Resolved, TextSettings, by_text
 from agent.screen.capture import Rect
-from messages.monitor import Monitor, MonitorResolution
+from messages.monitor import MAX_MONITORS, Monitor, MonitorResolution
 from messages.workflow import INPUT_TYPES, Action, TargetSpec
 from workflow.monitors import find_recorded
 
@@ -81,9 +83,18 @@ def target_area(resolution: MonitorResolution | None, monitor_index: int | None,
                     resolution.reason)
     reason = resolution.reason if resolution is not None else None
     source = resolution.source if resolution is not None else "composite_fallback"
-    if (monitor_index is None and recorded is None) or reason == "invalid_index" \
-            or not monitors:
+    if monitor_index is None and recorded is None:
         return Area(-1, desktop, source, reason)
+    what = (f"monitor {monitor_index}" if recorded is None
+            else f"monitor {recorded.name or recorded.idx} {recorded.rect}")
+    if reason == "invalid_index":
+        return Area(-1, desktop, source, reason,
+                    error=f"{MONITOR_UNAVAILABLE}: the action's {what} cannot exist (a "
+                          f"workstation has monitors 0..{MAX_MONITORS - 1})")
+    if not monitors:
+        return Area(-1, desktop, source, reason,
+                    error=f"{MONITOR_UNAVAILABLE}: the action names its {what} and this "
+                          "workstation's monitors cannot be listed")
     router_knew = resolution is not None and reason not in ROUTER_DID_NOT_KNOW
     # The router refused the recorded monitor: only its geometry may find it again here,
     # never the index alone (after an unplug, that number is another screen).
@@ -91,8 +102,6 @@ def target_area(resolution: MonitorResolution | None, monitor_index: int | None,
              else find_recorded(monitors, monitor_index, recorded))
     if found is not None:
         return Area(found[0].idx, found[0].rect, "action", found[1])
-    what = (f"monitor {monitor_index}" if recorded is None
-            else f"monitor {recorded.name or recorded.idx} {recorded.rect}")
     return Area(-1, desktop, source, reason or "recorded_monitor_unavailable",
                 error=f"{MONITOR_UNAVAILABLE}: the action's {what} is not among this "
                       f"workstation's monitors {[m.rect for m in monitors]}")

@@ -22,6 +22,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from agent.effects import EffectsLog, InputTracker
 from agent.executors.base import ActionOutcome
+from agent.executors.desktop_target import MONITOR_UNAVAILABLE, blind_elsewhere, target_area
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
 from agent.executors.window_guard import title_after
 from agent.screen.geometry import number_monitors
@@ -203,6 +204,10 @@ class SimulatedExecutor:
         self._sleep = sleep
         self._exit = exit
         self._applied: dict[str, int] = {}
+        spec = self.scenario.desktop
+        self.monitors = number_monitors(
+            RawMonitor(m.x, m.y, m.w, m.h, m.primary, m.name) for m in spec.monitors)
+        """The simulated desktop's monitors, numbered as a real agent numbers its own."""
         self._lock = threading.Lock()  # one action at a time, even if misused from threads
 
     def _behaviour(self, action: Action) -> Behaviour | None:
@@ -234,7 +239,7 @@ class SimulatedExecutor:
         before = self.desktop.render()
         if behaviour.delay_s:
             self._sleep(behaviour.delay_s)
-        refusal = self._refusal(action, behaviour)
+        refusal = self._off_screen(dispatch) or self._refusal(action, behaviour)
         if refusal is not None:  # nothing was sent
             return _with_frames(replace(refusal, input_performed="none"), before,
                                 self.desktop.render())
@@ -260,6 +265,18 @@ class SimulatedExecutor:
             outcome = replace(outcome, resolution_elapsed_ms=round(
                 (time.perf_counter() - started) * 1000, 3))
         return _with_frames(outcome, before, after)
+
+    def _off_screen(self, dispatch: DispatchAction) -> ActionOutcome | None:
+        """The desktop executor's monitor rule (desktop_target.py) on the simulated monitors:
+        a monitor the action names that cannot be found is not stood in for."""
+        action = dispatch.action
+        area = target_area(dispatch.monitor_resolution, action.monitor_index, self.monitors,
+                           (0, 0, WIDTH, HEIGHT), action.monitor_geometry)
+        refused = area.error or blind_elsewhere(action, area)
+        if refused is None or action.type == "pause_for_human":
+            return None
+        return ActionOutcome.failure(MONITOR_UNAVAILABLE, needs_human=True,
+                                     target_description=refused)
 
     def _refusal(self, action: Action, behaviour: Behaviour) -> ActionOutcome | None:
         """Why the action must not be performed at all, or None."""
@@ -383,13 +400,10 @@ class SimulatedProbe:
 
     def __init__(self, executor: SimulatedExecutor) -> None:
         self._executor = executor
-        spec = executor.scenario.desktop
-        self._monitors = number_monitors(
-            RawMonitor(m.x, m.y, m.w, m.h, m.primary, m.name) for m in spec.monitors)
-        self._focus = spec.focused_monitor
+        self._focus = executor.scenario.desktop.focused_monitor
 
     def monitors(self) -> list[Monitor]:
-        return list(self._monitors)
+        return list(self._executor.monitors)
 
     def focus(self, monitors: list[Monitor]) -> tuple[int | None, str | None]:
         # Read from the sampling thread; a str attribute is replaced whole, never torn.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from loguru import logger
 
@@ -33,42 +33,60 @@ MAX_PATTERNS = 50
 
 
 WRONG_WINDOW = "wrong_window"
-AFTER_TIMEOUT_S = 2.0
-"""After an input naming ``expected_window_title``, how long the window may take to come up
-(a click that opens a dialog: the title changes a few hundred ms later)."""
+WINDOW_CHECK_S = 2.0
+"""How long the window check may read before it answers: after an input naming
+``expected_window_title``, the window may take that long to come up (a click that opens a
+dialog: the title changes a few hundred ms later); before an input, the window in front may
+be unknown that long (right after the previous input, between two windows)."""
+
+T = TypeVar("T")
+
+
+def read_until(read: Callable[[], T], settled: Callable[[T], bool], timeout_s: float,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> T:
+    """Read until ``settled`` says the answer is definite or ``timeout_s`` has passed (one
+    read at 0, then every POLL_S); the last read, settled or not: the caller fails closed on
+    an answer that is still unknown (docs/screens-and-pauses.md)."""
+    deadline = clock() + timeout_s
+    while True:
+        value = read()
+        now = clock()
+        if settled(value) or now >= deadline:
+            return value
+        sleep(min(POLL_S, deadline - now))
 
 
 def title_after(outcome: ActionOutcome, action: Action, read_title: Callable[[], str | None],
                 clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep,
-                timeout_s: float = AFTER_TIMEOUT_S) -> ActionOutcome:
-    """``outcome`` of a performed input, with warning ``wrong_window`` if the window the
-    action names (``expected_window_title``) is not in front within ``timeout_s``.
+                timeout_s: float = WINDOW_CHECK_S) -> ActionOutcome:
+    """``outcome`` of a performed input, with warning ``wrong_window`` unless the window the
+    action names (``expected_window_title``) is read in front within ``timeout_s``.
 
-    Still a success: the input happened and must not be redone; the dispatcher's rules
-    (actors/dispatcher/rules.report_pause) pause the replay before the next step. A title
-    that cannot be read at all is logged, not guessed."""
+    Only a matching title ends the check early: another title may still give way to the
+    expected one, and a title that cannot be read (often, for a moment, right after an
+    input) is not a match. Still a success: the input happened and must not be redone; the
+    dispatcher's rules (actors/dispatcher/rules.report_pause) pause the replay before the
+    next step."""
     expected = action.expected_window_title
     if not expected or not outcome.success or action.type == "verify_screen":
         return outcome
-    deadline = clock() + timeout_s
-    while True:
-        why = title_mismatch(action, "expected_window_title", expected, read_title())
-        if why is None:
-            return outcome
-        if clock() >= deadline:
-            return replace(outcome, warning=WRONG_WINDOW,
-                           target_description=f"after the action, {why}")
-        sleep(POLL_S)
+    last = read_until(read_title, lambda title: title_matches_any(title, [expected]),
+                      timeout_s, clock, sleep)
+    why = title_mismatch(action, "expected_window_title", expected, last)
+    if why is None:
+        return outcome
+    return replace(outcome, warning=WRONG_WINDOW, target_description=f"after the action, {why}")
 
 
 def title_mismatch(action: Action, field: str, expected: str, title: str | None) -> str | None:
     """How ``title`` is not the window ``expected`` (action field ``field``), to report; None
-    if it is, or if the title cannot be read at all (logged: not guessed)."""
-    if title is None:
-        logger.warning("{}: cannot read the active window title; {} {!r} not checked",
+    only if it is. A title that cannot be read is not the expected window (fail closed)."""
+    if not title:
+        logger.warning("{}: cannot read the active window title; {} {!r} not confirmed",
                        action.action_id, field, expected)
-        return None
+        return f"the window in front could not be read (expected {expected!r})"
     if title_matches_any(title, [expected]):
         return None
     return f"expected the window {expected!r} in front, got {title!r}"

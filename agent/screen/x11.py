@@ -99,19 +99,27 @@ def _title_of(d: Any, window: Any) -> str | None:
 
 def _active(d: Any) -> tuple[Any, str | None] | None:
     """The active window and its title: the window manager's choice, else the input focus
-    walked up to its first named ancestor."""
+    walked up to its first named ancestor; None if that window is not on screen (openbox
+    keeps naming a window just closed or minimised when no other takes its place: it is not
+    in front, docs/screens-and-pauses.md)."""
     root = d.screen().root
     prop = root.get_full_property(d.intern_atom("_NET_ACTIVE_WINDOW"), 0)  # AnyPropertyType
     if prop is not None and len(prop.value) and int(prop.value[0]):
         window = d.create_resource_object("window", int(prop.value[0]))
-        return window, _title_of(d, window)
+        return (window, _title_of(d, window)) if _viewable(window) else None
     window = d.get_input_focus().focus
     while hasattr(window, "id") and window.id != root.id:  # not X.NONE / PointerRoot
         title = _title_of(d, window)
         if title is not None:
-            return window, title
+            return (window, title) if _viewable(window) else None
         window = window.query_tree().parent
     return None
+
+
+def _viewable(window: Any) -> bool:
+    from Xlib import X
+
+    return bool(window.get_attributes().map_state == X.IsViewable)
 
 
 def foreground() -> tuple[bool, str | None]:

@@ -127,6 +127,11 @@ BAD_WORKFLOWS: dict[str, tuple[str, list[str]]] = {
         {"action_id": "s0", "type": "click"}, {"action_id": "s1", "type": "type"}]}),
         ["actions[1] (action_id 's1')", "parameters.text"]),
     "no_actions": (json.dumps({"workflow_id": "wf"}), ["actions", "Field required"]),
+    # Routed, it would be an invalid index: clicked in the middle of all the screens.
+    "monitor_out_of_range": (json.dumps({"workflow_id": "wf", "actions": [
+        {"action_id": "s0", "type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5},
+         "monitor_index": 16}]}),
+        ["actions[0].monitor_index (action_id 's0')", "less than 16"]),
 }
 
 

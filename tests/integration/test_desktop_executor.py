@@ -29,7 +29,7 @@ from agent.effects import EffectsLog, read_effects
 from agent.executors.base import ActionOutcome
 from agent.executors.desktop_config import DesktopConfig
 from messages.dispatch import DispatchAction, DispatchMeta
-from messages.monitor import MonitorResolution
+from messages.monitor import COMPOSITE, MonitorResolution
 from messages.workflow import Action
 from tests.click_window import BUTTON, BUTTON_BLUE, Target
 from tests.conftest import wait_until
@@ -149,6 +149,29 @@ def test_without_a_resolution_the_agent_finds_monitor_index_itself(executor: Any
     assert near(wait_until(lambda: target.events("click"))[0], x, y)
 
 
+def test_an_invalid_index_is_not_clicked_on_the_composite(executor: Any, display: XDisplay,
+                                                          tmp_path: Path) -> None:
+    """The router called the index invalid: the middle of the composite (here on the
+    canvas of a window) is not where the step was recorded; no input, a person decides."""
+    t = Target(display, tmp_path, "Cible", 1400, 300)
+    try:
+        cx, cy = 3200 // 2, 1080 // 2
+        assert t.canvas[0] < cx < t.canvas[0] + t.canvas[2] and \
+            t.canvas[1] < cy < t.canvas[1] + t.canvas[3]
+        effects = EffectsLog(tmp_path / "effects.jsonl", "m1")
+        outcome = run(executor, effects, COMPOSITE.model_copy(update={"reason": "invalid_index"}),
+                      type="click", monitor_index=5, target_spec={"x_pct": 0.5, "y_pct": 0.5})
+        assert (outcome.success, outcome.error, outcome.needs_human) == (
+            False, "monitor_unavailable", True), outcome
+        assert outcome.target_description is not None and "monitor 5" in \
+            outcome.target_description
+        time.sleep(0.5)
+        assert t.events("click") == [] and read_effects(effects.path) == []
+        effects.close()
+    finally:
+        t.close()
+
+
 @pytest.mark.parametrize("variant", ["exact", "shifted_1px", "rescaled_105", "rescaled_95"])
 def test_click_by_anchor_lands_on_the_button(executor: Any, target: Target, variant: str) -> None:
     canvas = grab_canvas(target)
@@ -260,6 +283,29 @@ def test_unknown_key_is_refused_before_any_input(executor: Any, target: Target,
     assert outcome.error.startswith("invalid_parameters:unknown key")
     assert read_effects(effects.path) == []
     effects.close()
+
+
+# The window after an input (expected_window_title) -----------------------------------------
+
+@pytest.mark.parametrize("then", [("", 0), ("Facturation", 500)])
+def test_a_window_unknown_after_the_click_is_not_the_expected_one(
+        executor: Any, display: XDisplay, tmp_path: Path, then: tuple[str, int]) -> None:
+    """The click closes the window: for a moment (then another window comes up) or for
+    good, no window is in front, and that read used to end the check as passed. The input
+    happened (a success, never redone) with the warning that pauses the replay."""
+    t = Target(display, tmp_path, "Cible", 1580, 150, then=then)
+    try:
+        x, y = t.canvas[0] + 300, t.canvas[1] + 200
+        outcome = run(executor, type="click", target_spec=pct_of_second(x, y),
+                      expected_window_title="Confirmation")
+        assert outcome.success and outcome.warning == "wrong_window", outcome
+        assert len(t.events("click")) == 1
+        assert outcome.target_description is not None
+        assert outcome.target_description.startswith("after the action, ")
+        if not then[0]:
+            assert "could not be read (expected 'Confirmation')" in outcome.target_description
+    finally:
+        t.close()
 
 
 # verify_screen guards --------------------------------------------------------------------

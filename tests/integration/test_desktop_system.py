@@ -150,6 +150,30 @@ def test_wrong_window_guard_pauses_then_a_correction_resumes(desk: Desk) -> None
     assert report["body"]["correction"]["corrected_title"] == "Calculatrice"
 
 
+def test_a_window_unknown_after_a_click_pauses_before_the_next_step(desk: Desk) -> None:
+    """The click closes its window and none comes up: the window the step expects was never
+    seen. The click happened (done, never redone); the replay pauses before the next step
+    and tells the person which window was expected."""
+    desk.target.close()
+    t = Target(desk.display, desk.tmp, "Dossier MOREL", 1580, 150, then=("", 0))
+    try:
+        rid = desk.system.start(workflow(
+            {"type": "click", **desk.on_second(t.canvas[0] + 300, t.canvas[1] + 200),
+             "expected_window_title": "Confirmation", "intention": "Valider le dossier"},
+            {"type": "key_combo", "parameters": {"keys": ["enter"]}}), "ws1")
+        paused = desk.system.wait_status(rid, PAUSED, "completed", timeout=60)
+        assert (paused.status, paused.pause_reason) == (PAUSED, "wrong_window"), paused
+        assert paused.pause_message == (
+            "Léa n'est pas sur la bonne fenêtre (attendue : « Confirmation ») pour « Valider "
+            "le dossier ». Affichez la bonne fenêtre, puis reprenez.")
+        (report,) = reports(desk.system, rid)
+        assert report["success"] and report["warning"] == "wrong_window", report
+        assert "could not be read" in report["body"]["target_description"]
+        assert len(t.events("click")) == 1
+    finally:
+        t.close()
+
+
 def test_without_a_readable_active_window_no_input_and_the_replay_pauses(
         xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str],
         tmp_path: Path) -> None:

@@ -107,3 +107,34 @@ def test_a_renumbered_screen_is_found_again_by_its_geometry(
     finally:
         right.close()
         left.close()
+
+
+def test_an_agent_that_cannot_list_its_monitors_acts_on_no_named_monitor(
+        xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """No RandR: the agent's monitors cannot be listed, its heartbeats carry none and the
+    router answers the composite. A step recorded on monitor 0 is not placed on the
+    composite (here a window's canvas under its middle): no input, a person decides. A step
+    that names no monitor still runs on the composite."""
+    display = xdisplay([(1600, 900, 0, 0)], window_manager=True, randr=False)
+    target = Target(display, tmp_path, "Dossier patient", 500, 250)
+    try:
+        assert target.canvas[0] < 800 < target.canvas[0] + target.canvas[2]
+        assert target.canvas[1] < 450 < target.canvas[1] + target.canvas[3]
+        system, effects = start(spawn, lea_env, tmp_path, display)
+        middle = {"type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}}
+        rid = system.start(workflow({**middle, "monitor_index": 0}), "ws1")
+        s = system.wait_status(rid, PAUSED, "completed", timeout=90)
+        assert (s.status, s.pause_reason) == (PAUSED, "needs_human"), s
+        assert s.pause_message is not None and "monitor_unavailable" in s.pause_message
+        (report,) = reports(system, rid)
+        assert report["error"] == "monitor_unavailable" and report["body"]["needs_human"]
+        assert "cannot be listed" in report["body"]["target_description"]
+        assert inputs(effects) == [] and target.events("click") == []
+
+        rid2 = system.start(workflow(middle, workflow_id="wf2"), "ws1")
+        system.wait_status(rid2, "completed", timeout=90)
+        (click,) = target.events("click")
+        assert abs(click["x"] - 800) <= 2 and abs(click["y"] - 450) <= 2
+    finally:
+        target.close()

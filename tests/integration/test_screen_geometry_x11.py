@@ -98,6 +98,29 @@ def test_active_window_title_and_its_monitor(on_display: XDisplayFactory,
     assert geometry.focused_monitor(monitors, geometry.active_window_rect(), None) == 0
 
 
+def test_a_window_no_longer_on_screen_is_not_in_front(on_display: XDisplayFactory,
+                                                     spawn: Spawn) -> None:
+    """Withdrawn (closed, minimised) with no other window to take its place: openbox still
+    names it active, and it used to be read as the window in front."""
+    from Xlib import display as xdisplay
+
+    display = on_display([(1280, 1024, 0, 0)], window_manager=True)
+    open_window(spawn, display, "Dossier patient", 100, 100)
+    wait_until(lambda: geometry.foreground().title == "Dossier patient", 10)
+    conn = xdisplay.Display()
+    try:
+        root = conn.screen().root
+        (active,) = root.get_full_property(conn.intern_atom("_NET_ACTIVE_WINDOW"), 0).value
+        conn.create_resource_object("window", int(active)).unmap()
+        conn.sync()
+        assert wait_until(lambda: geometry.foreground().blocker == "no_foreground_window", 10)
+        assert geometry.active_window_title() is None
+        assert root.get_full_property(conn.intern_atom("_NET_ACTIVE_WINDOW"), 0).value[0] \
+            == active  # what the window manager says, and what is not believed
+    finally:
+        conn.close()
+
+
 def test_no_display_means_no_geometry_and_no_title(monkeypatch: pytest.MonkeyPatch,
                                                    xdisplay: XDisplayFactory) -> None:
     monkeypatch.delenv("DISPLAY", raising=False)

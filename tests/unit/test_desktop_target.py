@@ -27,11 +27,19 @@ def test_the_dispatch_resolution_wins() -> None:
     assert (area.idx, area.rect, area.source) == (1, (-1280, -200, 1280, 1024), "focus")
 
 
-def test_a_composite_resolution_is_the_whole_desktop() -> None:
-    res = MonitorResolution(idx=-1, offset_x=0, offset_y=0, w=0, h=0,
-                            source="composite_fallback", reason="invalid_index")
-    assert target_area(res, None, MONITORS, DESKTOP).rect == DESKTOP
-    assert target_area(res, 7, MONITORS, DESKTOP).rect == DESKTOP
+def test_a_composite_resolution_is_the_whole_desktop_for_an_action_naming_no_monitor() -> None:
+    for reason in ("no_focus", "invalid_index", "no_geometry"):
+        res = COMPOSITE.model_copy(update={"reason": reason})
+        area = target_area(res, None, MONITORS, DESKTOP)
+        assert (area.rect, area.error) == (DESKTOP, None)
+
+
+def test_an_invalid_index_is_refused_never_the_composite() -> None:
+    res = COMPOSITE.model_copy(update={"reason": "invalid_index"})
+    area = target_area(res, 7, MONITORS, DESKTOP)
+    assert area.error is not None and area.error.startswith("monitor_unavailable: ")
+    assert "monitor 7" in area.error and "0..15" in area.error
+    assert target_area(res, None, MONITORS, DESKTOP, MONITORS[1]).error is not None
 
 
 def test_a_router_without_our_monitors_yields_to_the_agent_geometry() -> None:
@@ -45,7 +53,16 @@ def test_without_resolution_the_action_monitor_else_refused() -> None:
     assert target_area(None, 1, MONITORS, DESKTOP).rect == (-1280, -200, 1280, 1024)
     assert target_area(None, 7, MONITORS, DESKTOP).error is not None  # no such screen
     assert target_area(None, None, MONITORS, DESKTOP).source == "composite_fallback"
-    assert target_area(None, 1, [], DESKTOP).rect == DESKTOP  # monitors unknown: as before
+    assert target_area(None, None, [], DESKTOP).rect == DESKTOP  # names none: the composite
+
+
+@pytest.mark.parametrize("res", [None, COMPOSITE.model_copy(update={"reason": "no_geometry"}),
+                                 COMPOSITE.model_copy(update={"reason": "no_heartbeat"})])
+def test_a_named_monitor_on_an_agent_that_cannot_list_its_monitors_is_refused(
+        res: MonitorResolution | None) -> None:
+    for index, recorded in ((1, None), (None, MONITORS[1]), (0, MONITORS[0])):
+        area = target_area(res, index, [], DESKTOP, recorded)
+        assert area.error is not None and "cannot be listed" in area.error, (index, area)
 
 
 # The recorded screen unplugged, a new one now has its number.

@@ -15,8 +15,8 @@ from actors.monitor_router.core import (
     resolve,
 )
 from messages import events
-from messages.monitor import AgentHeartbeat, Monitor, ResolveMonitor
-from messages.workflow import Action
+from messages.monitor import MAX_MONITORS, AgentHeartbeat, Monitor, ResolveMonitor
+from messages.workflow import Action, SetupSpec
 
 TTL = 10.0
 NOW = 1000.0
@@ -116,6 +116,18 @@ def test_invalid_index_goes_to_the_composite_with_an_error_event(index: int) -> 
         -1, 0, 0, "composite_fallback", "invalid_index")
     assert topics(routed.events) == [events.MONITOR_INVALID_INDEX, events.MONITOR_ROUTED]
     assert routed.events[0][1]["monitor_index"] == index
+
+
+@pytest.mark.parametrize("index", [-1, MAX_MONITORS, 1000])
+def test_a_workflow_cannot_name_an_index_the_router_would_call_invalid(index: int) -> None:
+    click = {"action_id": "c", "type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}}
+    with pytest.raises(ValidationError, match="monitor_index"):
+        Action.model_validate({**click, "monitor_index": index})
+    with pytest.raises(ValidationError, match="monitor_index"):
+        SetupSpec(app_name="Bloc-notes", monitor_index=index)
+    last = Action.model_validate({**click, "monitor_index": MAX_MONITORS - 1})
+    assert resolve(request(last.monitor_index), screen(TWO_MONITORS), NOW,
+                   TTL).target.reason != "invalid_index"
 
 
 def test_negative_origin_monitor_gives_negative_offsets() -> None:

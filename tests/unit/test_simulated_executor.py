@@ -17,6 +17,7 @@ from agent.executors import ExecutorUnavailable, make_executor
 from agent.executors.scenario import CRASH_EXIT_CODE, Scenario, ScenarioError, load_scenario
 from agent.executors.simulated import SimulatedExecutor
 from messages.dispatch import DispatchAction, DispatchMeta
+from messages.monitor import MonitorResolution
 from messages.workflow import Action
 
 
@@ -143,6 +144,33 @@ def test_expected_window_before_guards_the_input(h: Harness) -> None:
     assert (out.success, out.error, out.warning) == (False, "wrong_window", "wrong_window")
     assert h.effect_ids() == []
     assert h.run(click("Valider", "step_2", expected_window_before="DOSSIER patient")).success
+
+
+@pytest.mark.parametrize("fields", [
+    {"monitor_index": 3},  # not on this desktop: no router said where instead
+    {"monitor_index": 15, "monitor_resolution": {
+        "idx": -1, "offset_x": 0, "offset_y": 0, "w": 0, "h": 0,
+        "source": "composite_fallback", "reason": "invalid_index"}},
+])
+def test_a_monitor_that_cannot_be_found_gets_no_input(h: Harness,
+                                                      fields: dict[str, Any]) -> None:
+    d = act("s", "click", target_spec={"x_pct": 0.5, "y_pct": 0.5},
+            monitor_index=fields["monitor_index"])
+    if "monitor_resolution" in fields:
+        d = d.model_copy(update={"monitor_resolution": MonitorResolution.model_validate(
+            fields["monitor_resolution"])})
+    out = h.run(d)
+    assert (out.success, out.error, out.needs_human) == (False, "monitor_unavailable", True)
+    assert h.desktop.clicks == 0 and h.effect_ids() == []
+    assert h.run(act("s2", "click", target_spec={"x_pct": 0.5, "y_pct": 0.5},
+                     monitor_index=0)).success
+
+
+def test_without_monitors_only_an_action_naming_none_runs(tmp_path: Path) -> None:
+    h = Harness(tmp_path, {"desktop": {"monitors": []}})
+    out = h.run(click("Valider", monitor_index=0))
+    assert (out.error, out.needs_human) == ("monitor_unavailable", True)
+    assert h.run(click("Valider", "step_2")).success and h.desktop.clicks == 1
 
 
 def test_pause_for_human_is_not_an_agent_action(h: Harness) -> None:

@@ -6,11 +6,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from agent.executors.base import ActionOutcome
 from agent.executors.window_guard import (
     GuardSpecError,
     check_window,
     guard_patterns,
     guard_timeout_s,
+    read_until,
+    title_after,
     title_matches_any,
 )
 from messages.workflow import Action
@@ -131,3 +134,60 @@ def test_guard_timeout() -> None:
     for bad in (-1, "2000", True, 10**9):
         with pytest.raises(GuardSpecError):
             guard_timeout_s(action(timeout_ms=bad))
+
+
+# The window check after an input (expected_window_title) and before one (read_until).
+
+def clicked(expected: str = "Confirmation") -> Action:
+    return Action.model_validate({"action_id": "c", "type": "click",
+                                  "target_spec": {"x_pct": 0.5, "y_pct": 0.5},
+                                  "expected_window_title": expected})
+
+
+def after(script: list[tuple[float, str | None]], t: FakeTime) -> ActionOutcome:
+    return title_after(ActionOutcome(success=True), clicked(), titles(script, t), t.clock,
+                       t.sleep, 2.0)
+
+
+def test_a_moment_without_a_title_then_the_expected_window_passes(t: FakeTime) -> None:
+    out = after([(0, None), (0.5, "Confirmation - Dossier")], t)
+    assert out.success and out.warning is None and 0.5 <= t.now < 0.7
+
+
+def test_an_unreadable_title_does_not_end_the_check_as_passed(t: FakeTime) -> None:
+    """One unknown read right after the input used to pass the check: here another window
+    comes up after it, and that is what the check must see."""
+    out = after([(0, None), (0.4, "Facturation")], t)
+    assert out.success and out.warning == "wrong_window"
+    assert out.target_description is not None and "'Facturation'" in out.target_description
+    assert t.now >= 2.0
+
+
+@pytest.mark.parametrize("unknown", [None, ""])
+def test_a_title_unreadable_to_the_end_is_the_wrong_window(t: FakeTime,
+                                                          unknown: str | None) -> None:
+    out = after([(0, "Accueil"), (0.2, unknown)], t)
+    assert out.success and out.warning == "wrong_window"
+    assert out.target_description == ("after the action, the window in front could not be "
+                                      "read (expected 'Confirmation')")
+
+
+def test_no_expected_window_or_a_failed_input_is_not_checked(t: FakeTime) -> None:
+    plain = Action.model_validate({"action_id": "c", "type": "key_combo",
+                                   "parameters": {"keys": ["tab"]}})
+    assert title_after(ActionOutcome(success=True), plain, lambda: None, t.clock,
+                       t.sleep).warning is None
+    failed = ActionOutcome.failure("target_not_found")
+    assert title_after(failed, clicked(), lambda: None, t.clock, t.sleep) is failed
+    assert t.now == 0.0
+
+
+def test_read_until_stops_at_a_definite_answer_or_the_time(t: FakeTime) -> None:
+    script = titles([(0, None), (0.3, "A")], t)
+    assert read_until(script, lambda v: v is not None, 2.0, t.clock, t.sleep) == "A"
+    assert 0.3 <= t.now < 0.5
+    assert read_until(lambda: None, lambda v: v is not None, 2.0, t.clock, t.sleep) is None
+    assert 2.3 <= t.now <= 2.5  # the last read is at the deadline, not past it
+    start = t.now
+    assert read_until(lambda: None, lambda v: v is not None, 0.0, t.clock, t.sleep) is None
+    assert t.now == start  # no time: one read

@@ -101,6 +101,33 @@ def test_a_reloaded_core_carries_on(reopen: Reopen) -> None:
     assert [m.action.action_id for m in sent(h2.resume(ids["failed"]))] == ["f1_resume"]
 
 
+def test_a_stored_replay_the_rules_now_refuse_is_left_in_the_store(tmp_path: Path) -> None:
+    """An older version stored a workflow today's rules refuse (a monitor index no
+    workstation has): the dispatcher starts without it instead of crash-looping, and the
+    row stays for a person."""
+    h = H()
+    path = tmp_path / DB_NAME
+    store = DispatcherStore(path)
+    bad, _ = h.start(wf("s1"), machine="m1")
+    good, _ = h.start(wf("t1"), machine="m2")
+    persist(h, store)
+    store.close()
+    db = sqlite3.connect(path)
+    (blob,) = db.execute("SELECT workflow FROM replays WHERE replay_id = ?", (bad,)).fetchone()
+    workflow = msgpack.unpackb(blob)
+    workflow["actions"][0]["monitor_index"] = 99
+    db.execute("UPDATE replays SET workflow = ? WHERE replay_id = ?",
+               (msgpack.packb(workflow), bad))
+    db.commit()
+    db.close()
+    loaded = DispatcherStore(path).load()
+    assert set(loaded.replays) == {good}
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM replays WHERE replay_id = ?", (bad,)).fetchone() \
+        == (1,)
+    db.close()
+
+
 def test_commit_is_all_or_nothing(reopen: Reopen) -> None:
     h = H()
     store = reopen()

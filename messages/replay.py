@@ -72,7 +72,10 @@ class ReplaySummary(Message):
     # What it is doing, when known: awaiting_human_correction (the agent's ActionProgress),
     # awaiting_route / awaiting_loop / awaiting_payload (another actor is consulted).
     current_action_state: str | None = None
-    queue_length: int = 0  # actions waiting to be dispatched; the one in flight is not one (I1)
+    # Actions waiting to be dispatched, the one taken off the queue while another actor is
+    # consulted about it (awaiting_route, awaiting_capture / _payload) first; the one in
+    # flight is not one (I1: queued + in flight = steps left).
+    queue_length: int = 0
     queue_head: list[str] = Field(default_factory=list)  # the next few of them, in order
     pause_reason: str | None = None
     pause_message: str | None = None

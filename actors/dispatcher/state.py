@@ -191,15 +191,25 @@ class ReplayState:
             return "awaiting_loop_verdict"  # its input waits (consult_inputs.py)
         return e.progress
 
+    def _waiting_ids(self, n: int = 10) -> tuple[int, list[str]]:
+        """The actions waiting to be dispatched, as the status counts them: the queue, and
+        before it the action taken off it for a consultation (a route, a pause's checks),
+        which is neither queued nor in flight yet but still a step to go (I1)."""
+        held = self.awaiting.action if self.awaiting is not None else None
+        if held is None:
+            return self.queue_len(), self.queue_head(n)
+        return self.queue_len() + 1, [held.action_id, *self.queue_head(n)][:n]
+
     def summary(self) -> ReplaySummary:
         p = self.pause
+        queue_length, queue_head = self._waiting_ids()
         return ReplaySummary(
             replay_id=self.replay_id, session_id=self.session_id, machine_id=self.machine_id,
             workflow_id=self.workflow.workflow_id, mode=self.mode, status=self.status,
             index=self.index, total=self.total, completed_actions=self.completed_actions,
             current_action_id=self.inflight.action.action_id if self.inflight else None,
             current_action_state=self._action_state(),
-            queue_length=self.queue_len(), queue_head=self.queue_head(),
+            queue_length=queue_length, queue_head=queue_head,
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
             checks_acknowledged=self.checks_acknowledged,

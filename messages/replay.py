@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from messages.base import Message
 from messages.workflow import Workflow
@@ -79,12 +79,27 @@ class ReplaySummary(Message):
     queue_head: list[str] = Field(default_factory=list)  # the next few of them, in order
     pause_reason: str | None = None
     pause_message: str | None = None
+    # The step the pause is about (its action id as dispatched, a retry's or a resume's
+    # included) and that step's intention when the workflow gives one.
+    pause_action_id: str | None = None
+    pause_intention: str | None = None
     safety_checks: list[SafetyCheck] = Field(default_factory=list)
     # The last pause's acknowledgement: {ids, operator, at} (docs/architecture.md).
     checks_acknowledged: dict[str, Any] | None = None
     counters: dict[str, int] = Field(default_factory=dict)
     created_at: float
     updated_at: float
+
+    @model_serializer(mode="wrap")
+    def _omit_no_pause_step(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when set: a peer older than these fields (models forbid extra keys) keeps
+        # reading every status of a newer dispatcher but those of a pause about a step.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("pause_action_id", "pause_intention"):
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
 
 class ReplayStatusReply(Message, type_name="replay.status_reply"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from actors.dispatcher.rules import base_id
 from messages.dispatch import DispatchMeta, InFlight
 from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck
 from messages.workflow import INPUT_TYPES, Action, Workflow
@@ -200,8 +201,20 @@ class ReplayState:
             return self.queue_len(), self.queue_head(n)
         return self.queue_len() + 1, [held.action_id, *self.queue_head(n)][:n]
 
+    def _pause_step(self) -> Action | None:
+        """The action the pause is about: the failed one kept for the resume, else the
+        workflow's step of that id (a retry's or a resume's, by its base id)."""
+        p = self.pause
+        if p is None or p.action_id is None:
+            return None
+        if p.failed_action is not None and p.failed_action.action_id == p.action_id:
+            return p.failed_action
+        ids = (p.action_id, base_id(p.action_id))
+        return next((a for a in self.workflow.actions if a.action_id in ids), None)
+
     def summary(self) -> ReplaySummary:
         p = self.pause
+        step = self._pause_step()
         queue_length, queue_head = self._waiting_ids()
         return ReplaySummary(
             replay_id=self.replay_id, session_id=self.session_id, machine_id=self.machine_id,
@@ -211,6 +224,8 @@ class ReplayState:
             current_action_state=self._action_state(),
             queue_length=queue_length, queue_head=queue_head,
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
+            pause_action_id=p.action_id if p else None,
+            pause_intention=step.intention if step else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
             checks_acknowledged=self.checks_acknowledged,
             created_at=self.created_at, updated_at=self.updated_at)

@@ -84,6 +84,9 @@
     }
     $("#pause-message").textContent = next.message;
     $("#pause-reason").textContent = next.reason_label;
+    $("#pause-step").hidden = !next.action_id;
+    $("#pause-step-id").textContent = next.action_id || "";
+    $("#pause-step-intention").textContent = next.intention ? ` : ${next.intention}` : "";
     const loop = $("#pause-loop");
     loop.hidden = !next.loop;
     if (next.loop) {

@@ -1,10 +1,12 @@
 """A medical_critical pause end to end: the whole tree (``python run.py``), a simulated agent,
 the example workflow, Léa's model a real HTTP server answering like Ollama; what the person
-sees with ``python run.py replay status`` (docs/screens-and-pauses.md)."""
+sees with ``python run.py replay status`` (the step the pause is at included)
+(docs/screens-and-pauses.md)."""
 
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +44,7 @@ def test_status_shows_the_message_the_reason_and_every_check(
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     assert "paused: user_request" in out
+    assert "at step step_check_patient: Contrôle humain avant enregistrement" in out
     assert "Vérifiez l'identité du patient et la note avant l'enregistrement." in out
     assert "checks to acknowledge (2 required of 4)" in out
     assert ("chk_identity  REQUIRED  [workflow]  Nom, prénom et date de naissance du patient "
@@ -50,6 +53,10 @@ def test_status_shows_the_message_the_reason_and_every_check(
         assert f"llm_{i}         optional  [Léa, suggestion]  {check['label']}" in out
         assert f"Léa saw: {check['evidence']}" in out
     assert f"replay resume {rid} --ack chk_identity --ack chk_note" in out
+    shown = cli(system, "replay", "status", rid, "--json")
+    (replay,) = json.loads(shown.stdout)["replays"]
+    assert (replay["pause_action_id"], replay["pause_intention"]) == (
+        "step_check_patient", "Contrôle humain avant enregistrement")
 
 
 @pytest.mark.long  # closed mode is in CI at the actor level (test_safety_checks_actor.py)

@@ -1,8 +1,10 @@
-"""What ``replay status`` says of a replay, from the dispatcher core's state."""
+"""What ``replay status`` (and the console, from it) says of a replay, from the dispatcher
+core's state."""
 
 from __future__ import annotations
 
 from actors.dispatcher.state import DispatcherConfig
+from console.views import pause_view
 from messages.monitor import MonitorResolution
 from tests.unit.test_dispatcher_consult import answer
 from tests.unit.test_dispatcher_core import H, act, wf
@@ -37,3 +39,39 @@ def test_the_last_step_waiting_for_its_monitor_is_counted() -> None:
     h = H(DispatcherConfig(monitor_router=True))
     rid, _ = h.start(wf("s1"))
     assert _i1(h, rid) == (1, 0, 1) and h.status(rid).queue_head == ["s1"]
+
+
+def test_a_pause_names_its_step_and_that_steps_intention() -> None:
+    h = H()
+    rid, _ = h.start(wf("s1", act("p1", "pause_for_human")))
+    h.report(rid)
+    s = h.status(rid)
+    assert (s.status, s.pause_action_id, s.pause_intention) == (
+        "paused_need_help", "p1", "étape p1")
+    body = s.model_dump(mode="json")
+    assert (body["pause_action_id"], body["pause_intention"]) == ("p1", "étape p1")
+
+
+def test_a_failed_retry_names_the_retry_and_its_steps_intention() -> None:
+    h = H(DispatcherConfig(max_retries_per_action=1))
+    rid, _ = h.start(wf("s1", "s2"))
+    h.report(rid, success=False, error="target_not_found")
+    h.report(rid, success=False, error="target_not_found")
+    s = h.status(rid)
+    assert (s.pause_action_id, s.pause_intention) == ("s1_retry1", "étape s1")
+
+
+def test_without_a_pause_step_the_fields_are_not_sent() -> None:
+    """An older peer (models forbid extra keys) still reads the status."""
+    h = H()
+    rid, _ = h.start(wf("s1"))
+    body = h.status(rid).model_dump(mode="json")
+    assert "pause_action_id" not in body and "pause_intention" not in body
+
+
+def test_the_consoles_pause_dialog_names_the_step_before_the_trail_catches_up() -> None:
+    h = H()
+    rid, _ = h.start(wf(act("p1", "pause_for_human")))
+    view = pause_view(h.status(rid), [])  # no replay_paused record yet
+    assert view is not None and view.detail_pending
+    assert (view.action_id, view.intention) == ("p1", "étape p1")

@@ -128,8 +128,10 @@ class ReplayState:
     pause: PauseInfo | None = None
     checks_acknowledged: dict[str, Any] | None = None
     awaiting: Awaiting | None = None
-    # The last screenshot an agent reported, for the safety checks' model; memory only.
+    # The last screenshot an agent reported, for the safety checks' model, and a time it was
+    # taken no earlier than (consult.screen_is_fresh); memory only.
     last_screenshot: bytes | None = None
+    last_screenshot_at: float | None = None
     # Tokens of the loop verdicts asked and not answered yet, oldest first; memory only (a
     # verdict lost with a restart is not asked again). While any is pending, no input action
     # of this replay is granted its claim (consult_inputs.py).

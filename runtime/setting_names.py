@@ -2,12 +2,12 @@
 the others (docs/operations.md, "Settings").
 
 A variable under one of our prefixes that nothing reads is a setting that silently does
-nothing: a hospital that writes ``LEA_CONSOLE_SESION_LIFETIME_S`` believes its sessions last
-what it wrote. So every process checks its environment at start: a name that looks like a
-known one (``difflib``) stops it with ``unknown setting X: did you mean Y?``; a name that looks
-like none is only warned about (a variable of another tool that happens to share a prefix),
-unless it is under a prefix only one of our readers uses (``RPA_WATCHDOG_``, ``LEA_OCR_``...):
-such a name is ours, and refused too.
+nothing: a hospital that misspells the console's session lifetime by one letter believes its
+sessions last what it wrote. So every process checks its environment at start: a name that
+looks like a known one (``difflib``) stops it with ``unknown setting X: did you mean Y?``; a
+name that looks like none is only warned about (a variable of another tool that happens to
+share a prefix), unless it is under a prefix only one of our readers uses (``RPA_WATCHDOG_``,
+``LEA_OCR_``...): such a name is ours, and refused too.
 
 The names of :class:`runtime.settings.Settings` come from its fields; every other name is
 listed below, by the process that reads it (the readers stay where they are; a unit test scans

@@ -6,14 +6,14 @@ import sys
 
 from actors import ACTORS, actor_class
 from runtime.logs import setup_logging
-from runtime.settings import load_settings
+from runtime.settings import settings_or_exit
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ACTORS:
         print(f"usage: python -m actors {{{','.join(ACTORS)}}}", file=sys.stderr)
         return 2
-    settings = load_settings()
+    settings = settings_or_exit()
     setup_logging(argv[0], settings.log_level)
     return actor_class(argv[0])(settings).run()
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from agent import command as agent_cmd
-from runtime.settings import load_settings
+from runtime.settings import settings_or_exit
 
 
 def main(argv: list[str]) -> int:
@@ -14,12 +14,7 @@ def main(argv: list[str]) -> int:
                                      description="Léa workstation agent")
     agent_cmd.add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        settings = load_settings()
-    except (OSError, ValueError) as exc:
-        print(f"error: invalid settings: {exc}", file=sys.stderr)
-        return 2
-    return agent_cmd.run(settings, args)
+    return agent_cmd.run(settings_or_exit(), args)
 
 
 if __name__ == "__main__":

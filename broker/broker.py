@@ -34,7 +34,7 @@ from messages.events import BAD_MESSAGE, BROKER_STATE, PEER_REFUSED, WORKER_REFU
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.logs import setup_logging
 from runtime.rate_limit import RateLimit
-from runtime.settings import Settings, load_settings
+from runtime.settings import Settings, settings_or_exit
 from transport.curve_keys import CurveConfigError
 from transport.frames import poll_items, recv_message, zmq_poll
 
@@ -352,7 +352,7 @@ def _bind(sock: zmq.Socket[bytes], endpoint: str) -> None:
 
 def main() -> int:
     """``python -m broker``: settings from ``LEA_*`` (and ``LEA_CONFIG``); exit status."""
-    settings = load_settings()
+    settings = settings_or_exit()
     setup_logging("broker", settings.log_level)
     try:
         return Broker(settings).run()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from actors import ACTORS
-from runtime.settings import Settings, load_settings
+from runtime.settings import Settings, settings_or_exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,10 +227,6 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        settings = load_settings(args.config, data_dir=args.data_dir, curve=args.curve,
-                                 console_port=args.console_port)
-    except (OSError, ValueError) as exc:
-        print(f"error: invalid settings: {exc}", file=sys.stderr)
-        return 2
+    settings = settings_or_exit(args.config, data_dir=args.data_dir, curve=args.curve,
+                                console_port=args.console_port)
     return COMMANDS[args.command or "up"](settings, args)

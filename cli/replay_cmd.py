@@ -112,6 +112,9 @@ def pause_lines(summary: ReplaySummary, hint: bool = True) -> list[str]:
     reason = summary.pause_reason or "unknown"
     meaning = REASONS.get(reason)
     lines = [f"  paused: {reason}" + (f" ({meaning})" if meaning else "")]
+    if summary.pause_action_id:
+        lines.append(f"  at step {summary.pause_action_id}"
+                     + (f": {summary.pause_intention}" if summary.pause_intention else ""))
     lines.extend(f"    {line}" for line in (summary.pause_message or "").splitlines())
     checks = summary.safety_checks
     if checks:

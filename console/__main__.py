@@ -6,9 +6,9 @@ import sys
 
 from console.server import run
 from runtime.logs import setup_logging
-from runtime.settings import load_settings
+from runtime.settings import settings_or_exit
 
 if __name__ == "__main__":
-    settings = load_settings()
+    settings = settings_or_exit()
     setup_logging("console", settings.log_level)
     sys.exit(run(settings))

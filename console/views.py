@@ -90,6 +90,8 @@ class PauseView(BaseModel):
     reason_label: str
     message: str
     action_id: str | None = None
+    intention: str | None = None
+    """The step the pause is about and what it is for (the workflow's intention)."""
     paused_at: float | None = None
     checks: list[CheckView] = Field(default_factory=list)
     required_ids: list[str] = Field(default_factory=list)
@@ -205,7 +207,9 @@ def pause_view(summary: ReplaySummary, records: Sequence[AuditRecordOut]) -> Pau
     return PauseView(
         reason=summary.pause_reason, reason_label=labels.reason(summary.pause_reason),
         message=summary.pause_message or labels.reason(summary.pause_reason),
-        action_id=_str(record.data.get("action_id")) if record is not None else None,
+        action_id=summary.pause_action_id or (
+            _str(record.data.get("action_id")) if record is not None else None),
+        intention=summary.pause_intention,
         paused_at=record.at if record is not None else None,
         checks=checks, required_ids=[c.id for c in checks if c.required],
         loop=loop_view(detail) if isinstance(detail, dict) else None,

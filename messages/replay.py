@@ -72,16 +72,34 @@ class ReplaySummary(Message):
     # What it is doing, when known: awaiting_human_correction (the agent's ActionProgress),
     # awaiting_route / awaiting_loop / awaiting_payload (another actor is consulted).
     current_action_state: str | None = None
-    queue_length: int = 0  # actions waiting to be dispatched; the one in flight is not one (I1)
+    # Actions waiting to be dispatched, the one taken off the queue while another actor is
+    # consulted about it (awaiting_route, awaiting_capture / _payload) first; the one in
+    # flight is not one (I1: queued + in flight = steps left).
+    queue_length: int = 0
     queue_head: list[str] = Field(default_factory=list)  # the next few of them, in order
     pause_reason: str | None = None
     pause_message: str | None = None
+    # The step the pause is about (its action id as dispatched, a retry's or a resume's
+    # included) and that step's intention when the workflow gives one.
+    pause_action_id: str | None = None
+    pause_intention: str | None = None
     safety_checks: list[SafetyCheck] = Field(default_factory=list)
     # The last pause's acknowledgement: {ids, operator, at} (docs/architecture.md).
     checks_acknowledged: dict[str, Any] | None = None
     counters: dict[str, int] = Field(default_factory=dict)
     created_at: float
     updated_at: float
+
+    @model_serializer(mode="wrap")
+    def _omit_no_pause_step(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when set: a peer older than these fields (models forbid extra keys) keeps
+        # reading every status of a newer dispatcher but those of a pause about a step.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("pause_action_id", "pause_intention"):
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
 
 class ReplayStatusReply(Message, type_name="replay.status_reply"):

@@ -17,6 +17,9 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runtime.liveness import BEACON_FD_ENV
+from runtime.setting_names import OTHER_NAMES, unknown_settings
+
 
 class Settings(BaseSettings):
     """Every setting can be set from the environment as ``LEA_<NAME>``."""
@@ -118,8 +121,31 @@ def _with_backup(endpoint: str, backup: str) -> tuple[str, ...]:
     return (endpoint, backup) if backup and backup != endpoint else (endpoint,)
 
 
+class UnknownSetting(ValueError):
+    """The environment names a setting nothing reads, that looks like one that is read."""
+
+
+def known_settings() -> frozenset[str]:
+    """Every ``LEA_*`` / ``RPA_*`` variable a process of ours reads (runtime/setting_names.py)."""
+    return OTHER_NAMES | {f"LEA_{name.upper()}" for name in Settings.model_fields}
+
+
+def check_environment() -> None:
+    """Raise :class:`UnknownSetting` for a misspelt setting in the environment; print a
+    warning for an unknown one that looks like none (once: not again in the supervisor's
+    children, which inherit the same environment)."""
+    refused, warned = unknown_settings(os.environ, known_settings())
+    if refused:
+        raise UnknownSetting("; ".join(refused))
+    if not os.environ.get(BEACON_FD_ENV):
+        for line in warned:
+            print(f"warning: {line}", file=sys.stderr)
+
+
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
-    """Settings from defaults, then the TOML file, then ``LEA_*`` env vars, then ``overrides``."""
+    """Settings from defaults, then the TOML file, then ``LEA_*`` env vars, then ``overrides``;
+    :func:`check_environment` first."""
+    check_environment()
     path = config_file or os.environ.get("LEA_CONFIG")
     file_values: dict[str, Any] = {}
     if path:
@@ -133,6 +159,16 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     merged.update({k: getattr(from_env, k) for k in env_set})
     merged.update({k: v for k, v in overrides.items() if v is not None})
     return Settings.model_validate(merged) if merged else from_env
+
+
+def settings_or_exit(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """:func:`load_settings` for a process's start: a setting it cannot take (a bad value, a
+    misspelt name, an unreadable file) stops the process with exit code 2, naming it."""
+    try:
+        return load_settings(config_file, **overrides)
+    except (OSError, ValueError) as exc:
+        print(f"error: invalid settings: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

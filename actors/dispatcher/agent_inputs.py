@@ -8,7 +8,7 @@ is followed here from its arrival (:func:`report`) to its effect on the replay
 
 from __future__ import annotations
 
-from actors.dispatcher import consult_inputs, rules, steps
+from actors.dispatcher import consult, consult_inputs, rules, steps
 from actors.dispatcher.book import ReplayBook, Tx, who
 from actors.dispatcher.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING
 from actors.dispatcher.effects import Decision, RecordReport, TrackInFlight
@@ -102,7 +102,7 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
         else:
             steps.pause(tx, r, rules.retries_exhausted(msg, action, used), action,
                         failed=action)
-    r.last_screenshot = msg.screenshot_after or msg.screenshot_before or r.last_screenshot
+    consult.keep_screenshot(r, entry, msg)
     if tx.config.loop_detector and r.status == "running" and r.queue_len():
         consult_inputs.observe(tx, r, entry, msg)  # the verdict is pipelined
     steps.advance(tx, r)

@@ -61,7 +61,8 @@ def consult_request(r: ReplayState, time_left_s: float | None = None) -> Message
                              monitor_geometry=a.action.monitor_geometry)
     return BuildPausePayload(
         replay_id=r.replay_id, session_id=r.session_id, machine_id=r.machine_id, mode=r.mode,
-        action=a.action, last_screenshot=r.last_screenshot, time_left_s=time_left_s,
+        action=a.action, last_screenshot=r.last_screenshot if screen_is_fresh(r) else None,
+        time_left_s=time_left_s,
         context=ReplayContext(
             workflow_id=r.workflow.workflow_id, workflow_name=r.workflow.name or "",
             index=r.index, total=r.total, recent_steps=_recent(r)))
@@ -69,9 +70,42 @@ def consult_request(r: ReplayState, time_left_s: float | None = None) -> Message
 
 def wants_capture(r: ReplayState, action: Action, config: DispatcherConfig) -> bool:
     """Whether to ask the agent for a fresh capture before the checklist: the model will be
-    asked (medical_critical, model on) and no step of the replay left a screenshot."""
-    return (r.last_screenshot is None and config.llm_enabled
+    asked (medical_critical, model on) and no screenshot shows the screen since the last
+    person's action (:func:`screen_is_fresh`)."""
+    return (not screen_is_fresh(r) and config.llm_enabled
             and safety_level(action) == "medical_critical")
+
+
+def person_acted_at(r: ReplayState) -> float:
+    """When a person last had the workstation's screen: the last resume (during a pause
+    the person works on the screen), else the replay's start."""
+    ack = r.checks_acknowledged
+    at = ack.get("at") if ack else None
+    return float(at) if isinstance(at, int | float) else r.created_at
+
+
+def screen_is_fresh(r: ReplayState) -> bool:
+    """Whether the last screenshot was taken after the last person's action: only such a
+    screen may be judged by the safety checks' model (docs/screens-and-pauses.md); an
+    older one may show what the person has changed since."""
+    return (r.last_screenshot is not None and r.last_screenshot_at is not None
+            and r.last_screenshot_at >= person_acted_at(r))
+
+
+def keep_screenshot(r: ReplayState, entry: InFlightEntry, report: ActionReport) -> None:
+    """Keep an accepted report's screenshot. It was taken no earlier than the step's first
+    dispatch: a step dispatched before a pause and reported after the resume is older than
+    the person's work, and not fresh."""
+    shot = report.screenshot_after or report.screenshot_before
+    if shot:
+        r.last_screenshot, r.last_screenshot_at = shot, entry.first_dispatched_at
+
+
+def keep_capture(r: ReplayState, image: bytes | None, asked_at: float) -> None:
+    """Keep a capture the agent answered with (taken after it was asked); none keeps the
+    old screenshot, which the model is then not given if stale."""
+    if image:
+        r.last_screenshot, r.last_screenshot_at = image, asked_at
 
 
 def captured(answer: Message | None) -> bytes | None:

@@ -69,7 +69,7 @@ def consulted(tx: Tx, replay_id: str, token: str, answer: Message | None,
     elif a.kind == "capture" and a.action is not None:
         # No image (an agent that cannot capture, or too slow): the payload is asked all
         # the same; the model is then not called (no_screenshot) and says so.
-        r.last_screenshot = consult.captured(answer) or r.last_screenshot
+        consult.keep_capture(r, consult.captured(answer), a.since)
         left = max(0.0, tx.config.llm_timeout_s - (tx.now - a.since))
         r.awaiting = Awaiting("payload", tx.book.new_id(), tx.now, a.action)
         steps.ask(tx, r, "payload", a.action, consult.consult_request(r, time_left_s=left))

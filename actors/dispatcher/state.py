@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from actors.dispatcher.rules import base_id
 from messages.dispatch import DispatchMeta, InFlight
 from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck
 from messages.workflow import INPUT_TYPES, Action, Workflow
@@ -127,8 +128,10 @@ class ReplayState:
     pause: PauseInfo | None = None
     checks_acknowledged: dict[str, Any] | None = None
     awaiting: Awaiting | None = None
-    # The last screenshot an agent reported, for the safety checks' model; memory only.
+    # The last screenshot an agent reported, for the safety checks' model, and a time it was
+    # taken no earlier than (consult.screen_is_fresh); memory only.
     last_screenshot: bytes | None = None
+    last_screenshot_at: float | None = None
     # Tokens of the loop verdicts asked and not answered yet, oldest first; memory only (a
     # verdict lost with a restart is not asked again). While any is pending, no input action
     # of this replay is granted its claim (consult_inputs.py).
@@ -191,16 +194,40 @@ class ReplayState:
             return "awaiting_loop_verdict"  # its input waits (consult_inputs.py)
         return e.progress
 
+    def _waiting_ids(self, n: int = 10) -> tuple[int, list[str]]:
+        """The actions waiting to be dispatched, as the status counts them: the queue, and
+        before it the action taken off it for a consultation (a route, a pause's checks),
+        which is neither queued nor in flight yet but still a step to go (I1)."""
+        held = self.awaiting.action if self.awaiting is not None else None
+        if held is None:
+            return self.queue_len(), self.queue_head(n)
+        return self.queue_len() + 1, [held.action_id, *self.queue_head(n)][:n]
+
+    def _pause_step(self) -> Action | None:
+        """The action the pause is about: the failed one kept for the resume, else the
+        workflow's step of that id (a retry's or a resume's, by its base id)."""
+        p = self.pause
+        if p is None or p.action_id is None:
+            return None
+        if p.failed_action is not None and p.failed_action.action_id == p.action_id:
+            return p.failed_action
+        ids = (p.action_id, base_id(p.action_id))
+        return next((a for a in self.workflow.actions if a.action_id in ids), None)
+
     def summary(self) -> ReplaySummary:
         p = self.pause
+        step = self._pause_step()
+        queue_length, queue_head = self._waiting_ids()
         return ReplaySummary(
             replay_id=self.replay_id, session_id=self.session_id, machine_id=self.machine_id,
             workflow_id=self.workflow.workflow_id, mode=self.mode, status=self.status,
             index=self.index, total=self.total, completed_actions=self.completed_actions,
             current_action_id=self.inflight.action.action_id if self.inflight else None,
             current_action_state=self._action_state(),
-            queue_length=self.queue_len(), queue_head=self.queue_head(),
+            queue_length=queue_length, queue_head=queue_head,
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
+            pause_action_id=p.action_id if p else None,
+            pause_intention=step.intention if step else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
             checks_acknowledged=self.checks_acknowledged,
             created_at=self.created_at, updated_at=self.updated_at)

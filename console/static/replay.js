@@ -88,6 +88,9 @@
     // A step whose input may have gone out is not redone unless the person says so.
     $("#redo").hidden = !INPUT_REASONS.has(next.reason);
     $("#pause-reason").textContent = next.reason_label;
+    $("#pause-step").hidden = !next.action_id;
+    $("#pause-step-id").textContent = next.action_id || "";
+    $("#pause-step-intention").textContent = next.intention ? ` : ${next.intention}` : "";
     const loop = $("#pause-loop");
     loop.hidden = !next.loop;
     if (next.loop) {

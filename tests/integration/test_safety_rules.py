@@ -89,7 +89,6 @@ def test_a_setting_the_tree_cannot_honour_stops_it_at_start(lea_env: dict[str, s
                                                            tmp_path: Path) -> None:
     for name, value, says in [
             ("RPA_WATCHDOG_REPUSH_POSITION", "tail", "'tail' is not supported"),
-            ("RPA_WATCHDOG_ORPHAN_TIMEOUT", "30", "did you mean RPA_WATCHDOG_ORPHAN_TIMEOUT_S"),
             ("RPA_SAFETY_CHECKS_LLM_TIMEOUT_S", "soon", "valid number")]:
         env = {**lea_env, "LEA_DATA_DIR": str(tmp_path), name: value}
         done = subprocess.run(python_argv("run.py", "up"), env=env, cwd=ROOT,

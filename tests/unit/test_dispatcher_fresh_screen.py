@@ -6,7 +6,7 @@ from __future__ import annotations
 from actors.dispatcher.state import DispatcherConfig
 from messages.safety import BuildPausePayload, CaptureScreen, ScreenCaptured
 from tests.unit.test_dispatcher_consult import answer, consults
-from tests.unit.test_dispatcher_core import H, act, wf
+from tests.unit.test_dispatcher_core import H, act, granted, wf
 
 OLD = b"\x89PNG\r\n\x1a\nbefore the pause"
 NEW = b"\x89PNG\r\n\x1a\nafter the resume"
@@ -44,6 +44,7 @@ def test_a_step_in_flight_across_a_pause_leaves_no_fresh_screen() -> None:
     older than what the person did."""
     h = H(CONFIG)
     rid, _ = h.start(wf("s0", CRITICAL))
+    granted(h, rid)  # running when paused: it stays in flight (not granted: withdrawn)
     h.do(h.core.pause(rid, "operator", "stop", h.now))
     h.tick(30.0)
     h.resume(rid)

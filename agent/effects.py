@@ -4,6 +4,11 @@ Tests count its lines to prove an action ran exactly once, so a line is written 
 right after the effect, before anything else can happen (a crash, the report). Each line is
 one ``write`` on an ``O_APPEND`` file: several agents, or an agent and its restarted self,
 can share one log without interleaving.
+
+Each line names its replay, so that a log several replays (or several trees) wrote can be
+checked against the audit trail replay by replay (tests/history.py). Lines written before
+``replay_id`` was added lack it: readers take them by their ``attempt_id``, which the trail's
+dispatch record names.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from messages.dispatch import DispatchAction, InputPerformed
 
 
 class EffectsLog:
-    """Append-only JSON lines ``{action_id, attempt_id, type, machine_id, at}``."""
+    """Append-only JSON lines ``{replay_id, action_id, attempt_id, type, machine_id, at}``."""
 
     def __init__(self, path: str | Path, machine_id: str) -> None:
         self.path = Path(path)
@@ -33,6 +38,7 @@ class EffectsLog:
     def record(self, dispatch: DispatchAction) -> None:
         """Append the effect of ``dispatch`` and make it durable before returning."""
         line = json.dumps({
+            "replay_id": dispatch.replay_id,
             "action_id": dispatch.action.action_id,
             "attempt_id": dispatch.attempt_id,
             "type": dispatch.action.type,

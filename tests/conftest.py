@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.history_sources import note_process
 from tests.postgres import own_pg, pg_cluster, pg_url  # noqa: F401 - PostgreSQL servers
 from tests.xdisplay import xdisplay  # noqa: F401 - the X display fixture, for every test
 
@@ -112,6 +113,7 @@ def spawn(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Spawn]:
     """Start a real process (``spawn(argv, env=...)``); every one is killed at teardown.
 
     Output goes to a log file under tmp_path, whose tail the report shows if the test fails.
+    Trees and agents are noted for the history check (tests/integration/conftest.py).
     """
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     request.node.spawned_logs = []
@@ -126,6 +128,7 @@ def spawn(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Spawn]:
             cwd=ROOT, start_new_session=True, **kwargs,  # type: ignore[call-overload]
         )
         out.close()
+        note_process(request.node, argv, env if env is not None else os.environ, proc)
         procs.append((proc, log))
         request.node.spawned_logs.append(log)
         return proc

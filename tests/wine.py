@@ -52,6 +52,7 @@ from typing import IO, Any
 import pytest
 
 from cli import bundle as bundle_cmd
+from tests.history_sources import note_effects_log
 from tests.integration.system import Agent, System
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -315,7 +316,8 @@ WineAgentFactory = Callable[..., WineAgent]
 
 
 @pytest.fixture
-def wine_agent(agent_bundle: WineBundle) -> Iterator[WineAgentFactory]:
+def wine_agent(agent_bundle: WineBundle,
+               request: pytest.FixtureRequest) -> Iterator[WineAgentFactory]:
     """``wine_agent(system, machine_id, scenario=None, extra_env=None, extra_args=None,
     data_dir=None) -> WineAgent``: an agent under Wine against ``system``'s tree (the Linux
     tree of tests/integration/system.py); killed at teardown."""
@@ -327,6 +329,7 @@ def wine_agent(agent_bundle: WineBundle) -> Iterator[WineAgentFactory]:
         agent = WineAgent(agent_bundle, system, machine_id, scenario, extra_env, extra_args,
                           data_dir)
         started.append(agent)
+        note_effects_log(request.node, agent.effects_path)  # for the history check
         return agent
 
     yield make

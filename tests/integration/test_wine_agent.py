@@ -14,10 +14,12 @@ import subprocess
 from pathlib import Path
 
 import psutil
+import pytest
 
 from agent.effects import read_effects
 from messages.replay import PauseReplay, ResumeReplay
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
+from tests.history_sources import note_effects_log
 from tests.integration.probes import serves
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import (
@@ -149,7 +151,7 @@ def test_ctrl_c_stops_the_windows_agent_and_its_ledger_is_locked_meanwhile(
 
 def test_the_folder_installed_as_the_readme_says_serves_over_curve(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path,
-        agent_bundle: WineBundle) -> None:
+        agent_bundle: WineBundle, request: pytest.FixtureRequest) -> None:
     """README "Install the agent on a Windows workstation": keys in ``keys\\``, the top of
     ``lea-agent.cmd`` edited, the launcher started (cmd.exe), checked with ``run.py ping``
     from the server; a replay then runs there, over CURVE."""
@@ -169,6 +171,7 @@ def test_the_folder_installed_as_the_readme_says_serves_over_curve(
     launcher.write_bytes(re.sub(r'set "LEA_BROKER=[^"]*"', f'set "LEA_BROKER={curve}"',
                                 text).encode("ascii"))
     effects = tmp_path / "effects.jsonl"
+    note_effects_log(request.node, effects)  # started by its launcher, not by spawn
     log = tmp_path / "agent-WS12-launcher.log"
     proc = agent_bundle.wine.popen(
         ["cmd", "/c", windows_path(launcher), "--executor", "simulated", "--effects-log",

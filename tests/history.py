@@ -199,14 +199,19 @@ def replays(records: Iterable[Record], effects: Iterable[Effect]
     return [Replay(rid, recs, inputs[rid]) for rid, recs in by_replay.items()], unjudged
 
 
-def check(records: Iterable[Record], effects: Iterable[Effect]) -> Verdict:
-    """Every property on every replay of the history."""
+def check(records: Iterable[Record], effects: Iterable[Effect],
+          inputs_seen: bool = True) -> Verdict:
+    """Every property on every replay of the history. ``inputs_seen`` False: no effects log
+    of the test is known (an agent started outside the fixtures), so no input can be shown
+    missing and ``not_exactly_once`` is not judged."""
     found, unjudged = replays(records, effects)
     verdict = Verdict(unjudged=unjudged, replays=len(found))
+    rules = [double_inputs, inputs_after_stop, inputs_after_failed_guard]
+    if inputs_seen:
+        rules.append(not_exactly_once)
     for h in found:
         verdict.inputs += len(h.effects)
-        for rule in (double_inputs, inputs_after_stop, not_exactly_once,
-                     inputs_after_failed_guard):
+        for rule in rules:
             verdict.findings += rule(h)
     return verdict
 
@@ -272,7 +277,7 @@ def not_exactly_once(h: Replay) -> list[Finding]:
                      if base_id(str(r.data.get("resume_action_id") or "")) == step
                      and r.data.get("resume_action_id"))
         let_go = any(base_id(str(g.data.get("action_id"))) == step and not g.data.get(
-            "critical") for g in h.of_kind("action_given_up"))
+            "critical") for g in h.of_kind("action_given_up")) or step in done_by_person(h)
         lines = counts.get(step, [])
         low, high = (0 if let_go else 1), 1 + redone
         if not low <= len(lines) <= high:
@@ -290,6 +295,19 @@ def not_exactly_once(h: Replay) -> list[Finding]:
         out.append(Finding(NOT_EXACTLY_ONCE, h.id, "(all)", (
             f"completed ({done.describe()}) with {len(ran)} of its {total} steps run: "
             f"{', '.join(sorted(ran))}")))
+    return out
+
+
+def done_by_person(h: Replay) -> set[str]:
+    """Steps a person said were done at a pause (a resume with ``step: done``): Léa may
+    have performed them once, or the person did, by hand."""
+    out: set[str] = set()
+    for r in h.of_kind("replay_resumed"):
+        if r.data.get("step") != "done":
+            continue
+        paused = [p for p in h.of_kind("replay_paused") if p.seq < r.seq]
+        if paused and paused[-1].data.get("resume_action"):
+            out.add(base_id(str(paused[-1].data["resume_action"])))
     return out
 
 

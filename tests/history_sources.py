@@ -191,4 +191,5 @@ def judge(w: Watch, wait_s: float = 10.0) -> Verdict:
     # Trees sharing one PostgreSQL trail (a leader and its standby) are read once.
     trails = {t.database_url or t.data_dir: t for t in w.trails}.values()
     records = [r for trail in trails for r in read_trail(trail)]
-    return check(records, [e for path in w.logs for e in read_log(path)])
+    return check(records, [e for path in w.logs for e in read_log(path)],
+                 inputs_seen=bool(w.logs))

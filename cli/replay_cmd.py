@@ -28,6 +28,7 @@ from messages.replay import (
 )
 from runtime.settings import Settings
 from transport.client import CallFailed, SyncClient
+from workflow.inputs import value_problems
 
 # Exit codes of `replay start --wait`, so scripts can tell the outcomes apart.
 EXIT_COMPLETED, EXIT_ERROR, EXIT_PAUSED, EXIT_FAILED = 0, 1, 3, 4
@@ -45,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--session-id", help="replays of one session on one machine run one "
                        "after the other (default: a new session)")
     start.add_argument("--operator", help="who starts it (recorded in the audit trail)")
+    start.add_argument("--input", action="append", default=[], metavar="NAME=VALUE",
+                       dest="inputs", help="a value of the workflow's declared inputs "
+                       "(repeat for each; checked before anything is sent)")
     start.add_argument("--wait", action="store_true",
                        help="follow progress; exit 0 completed, 3 paused, 4 failed/cancelled")
     status = sub.add_parser("status", help="show one replay, or all of them")
@@ -88,6 +92,7 @@ REASONS = {
     "dead_client": "the agent stopped answering",
     "operator": "paused by an operator",
     "loop_detected": "Léa seems to go round in circles",
+    "identity_mismatch": "the patient's identifier expected on screen was not read there",
 }
 SOURCES = {"declarative": "workflow", "llm_contextual": "Léa, suggestion", "system": "system"}
 
@@ -195,13 +200,31 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         client.close()
 
 
+def parse_inputs(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` options as a dict; a malformed or repeated one is refused."""
+    values: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--input {name.strip() or pair!r}: expected NAME=VALUE")
+        if name.strip() in values:
+            raise ValueError(f"--input {name.strip()}: given twice")
+        values[name.strip()] = value
+    return values
+
+
 def _run(client: SyncClient, args: argparse.Namespace) -> int:
     command, timeout = args.replay_command, args.timeout
     if command == "start":
         workflow = load_workflow(args.file)
+        values = parse_inputs(args.inputs)
+        wrong = value_problems(workflow.inputs, values)
+        if wrong:  # the dispatcher refuses them too; said here before any call
+            raise ValueError("the input values do not satisfy the workflow's declaration "
+                             "(nothing was started):\n  " + "\n  ".join(wrong))
         msg = StartReplay(workflow=workflow, machine_id=args.machine_id, mode=args.mode,
                           session_id=args.session_id, operator=args.operator,
-                          os_user=os_user())
+                          os_user=os_user(), inputs=values)
         reply = client.call("dispatcher", msg, timeout_s=timeout).body
         assert isinstance(reply, ReplayStarted)
         _emit(reply, args.json, reply.replay_id)

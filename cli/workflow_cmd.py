@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from messages.workflow import Workflow, unlocatable
+from workflow.inputs import unused
 from workflow.safety import needs_confirmation, with_confirmations
 
 
@@ -80,4 +81,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"ok: {workflow.workflow_id}: {len(workflow.actions)} actions ({', '.join(kinds)})")
     if confirmed:
         print(f"  a person confirms before: {', '.join(confirmed)} (marked critical)")
+    if workflow.inputs:
+        print(f"  inputs: {', '.join(i.name for i in workflow.inputs)}")
+    for name in unused(workflow):
+        print(f"warning: input {name!r} is declared but used by no action", file=sys.stderr)
     return 0

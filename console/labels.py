@@ -38,6 +38,8 @@ REASON: Final = {
                       "pas."),
     "dead_client": "Léa ne répond plus sur ce poste.",
     "operator": "Mis en pause par un opérateur.",
+    "identity_mismatch": ("L'identifiant du patient attendu n'a pas été lu à l'écran : ce "
+                          "n'est peut-être pas le bon dossier."),
 }
 
 # The same, in a few words (the list's "last event" column).
@@ -56,6 +58,7 @@ REASON_SHORT: Final = {
     "input_unknown": "action peut-être faite",
     "dead_client": "Léa ne répond plus",
     "operator": "demandée par un opérateur",
+    "identity_mismatch": "patient à vérifier",
 }
 
 SIGNAL: Final = {

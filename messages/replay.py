@@ -36,6 +36,17 @@ class StartReplay(ByPerson, type_name="replay.start"):
     mode: Mode = "supervised"
     session_id: str | None = Field(None, max_length=128)
     operator: str | None = Field(None, max_length=128)
+    inputs: dict[str, str] = Field(default_factory=dict, max_length=100)
+    """The values of the workflow's declared inputs (messages/inputs.py), checked before
+    anything is dispatched."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_inputs(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sent only when given: a dispatcher older than the field keeps taking starts.
+        data = handler(self)
+        if not self.inputs and isinstance(data, dict):
+            data.pop("inputs", None)
+        return data
 
 
 class ReplayStarted(Message, type_name="replay.started"):

@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from messages.base import is_plain_json
+from messages.inputs import INPUT_NAME, InputSpec, placeholders
 from messages.monitor import MAX_MONITORS, Monitor
 
 ActionType = Literal[
@@ -202,7 +203,26 @@ class Workflow(_Strict):
     name: str = ""
     description: str = ""
     setup: SetupSpec | None = None  # steps generated before the actions (setup_chain.py)
+    inputs: list[InputSpec] = Field(default_factory=list, max_length=100)
+    """What each run is given, used as ``{{name}}`` in the actions (messages/inputs.py)."""
     actions: list[Action] = Field(min_length=1, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _placeholders_declared(self) -> Workflow:
+        # An undeclared placeholder would be typed as is, braces and all, into a record.
+        names = [i.name for i in self.inputs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"inputs declared more than once: {', '.join(twice)}")
+        problems = [f"actions[{i}].{path} (action_id {a.action_id!r}): {{{{{name}}}}} is "
+                    + ("not a declared input" if INPUT_NAME.match(name)
+                       else "not an input name (a-z, 0-9, _)")
+                    for i, a in enumerate(self.actions)
+                    for path, name in placeholders(a.model_dump(mode="json", exclude_none=True))
+                    if name not in names]
+        if problems:
+            raise ValueError("; ".join(problems[:20]))
+        return self
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Workflow:

@@ -24,11 +24,16 @@ from messages.dispatch import (
     ReportAck,
 )
 from messages.replay import Ack
+from workflow.inputs import mask_model
 
 
 def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
     """Apply the first current report of an action (I3); record every other one."""
     r = tx.book.replays.get(msg.replay_id)
+    if r is not None:
+        # What the agent read or looked for may hold a sensitive value: masked before the
+        # report is recorded, audited or shown (docs/protocol.md, "Inputs").
+        msg = mask_model(msg, r.secrets())
     entry = r.inflight if r is not None else None
     if entry is not None and entry.action.action_id != msg.action_id:
         entry = None
@@ -73,7 +78,8 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
     tx.touch(r)
     tx.event(events.ACTION_ACKED, **who(r, action.action_id), attempt_id=entry.attempt_id,
              success=msg.success, error=msg.error, warning=msg.warning)
-    cause = rules.report_pause(msg, action)
+    shown = r.shown(action)  # what pause messages name, the values masked if sensitive
+    cause = rules.report_pause(msg, shown)
     if msg.success:
         # The step is done even if the report asks for a person: pause before the next
         # step, and do not re-execute this one on resume (no double click).
@@ -85,7 +91,7 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
         # Failed after its input went out, or maybe: redoing it (a retry, or a resume)
         # could input twice. A person looks; resuming goes on with the next step unless
         # they say it was not done (control_inputs.resume).
-        steps.pause(tx, r, rules.input_pause(msg, action), action, failed=action)
+        steps.pause(tx, r, rules.input_pause(msg, shown), action, failed=action)
     elif cause is not None:
         steps.pause(tx, r, cause, action, failed=action)
     else:
@@ -100,7 +106,7 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
             tx.audit("retry_scheduled", **who(r, action.action_id),
                      retry_action_id=retry.action_id, error=msg.error, budget_used=used + 1)
         else:
-            steps.pause(tx, r, rules.retries_exhausted(msg, action, used), action,
+            steps.pause(tx, r, rules.retries_exhausted(msg, shown, used), action,
                         failed=action)
     consult.keep_screenshot(r, entry, msg)
     if tx.config.loop_detector and r.status == "running" and r.queue_len():

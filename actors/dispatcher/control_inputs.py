@@ -28,12 +28,18 @@ from messages.replay import (
     SafetyCheck,
     StartReplay,
 )
+from workflow.inputs import shown_values, value_problems
 from workflow.safety import with_confirmations
 from workflow.setup_chain import with_setup
 
 
 def start(tx: Tx, msg: StartReplay) -> Decision:
     """A new replay of ``msg.workflow``; dispatches its first action if the session is free."""
+    wrong = value_problems(msg.workflow.inputs, msg.inputs)
+    if wrong:  # before anything exists: no replay, nothing dispatched
+        return Decision(ErrorReply(code="invalid_inputs", message=(
+            "the input values do not satisfy the workflow's declaration: no replay "
+            "was created"), detail={"problems": wrong[:20]}))
     try:
         workflow = with_confirmations(with_setup(msg.workflow))
     except ValueError as exc:
@@ -50,7 +56,7 @@ def start(tx: Tx, msg: StartReplay) -> Decision:
     r = ReplayState(replay_id=replay_id, session_id=msg.session_id or tx.book.new_id(),
                     machine_id=msg.machine_id, workflow=workflow, mode=msg.mode,
                     operator=msg.operator, seq=tx.book.state.next_seq, created_at=tx.now,
-                    updated_at=tx.now)
+                    updated_at=tx.now, inputs=dict(msg.inputs))
     tx.book.add(r)
     tx.book.state.next_seq += 1
     tx.touch(r)
@@ -58,7 +64,8 @@ def start(tx: Tx, msg: StartReplay) -> Decision:
     waiting_for = owner.replay_id if owner is not None and owner is not r else None
     info = {**who(r), "workflow_id": workflow.workflow_id, "mode": msg.mode,
             "total": r.total, "operator": msg.operator, **msg.by(), "waiting_for": waiting_for,
-            "setup_steps": len(workflow.actions) - len(msg.workflow.actions)}
+            "setup_steps": len(workflow.actions) - len(msg.workflow.actions),
+            "inputs": shown_values(workflow.inputs, msg.inputs)}
     tx.event(events.REPLAY_STARTED, **info)
     tx.audit("replay_started", **info)
     steps.advance(tx, r)

@@ -13,6 +13,7 @@ from messages.dispatch import ActionReport, InputPerformed
 from messages.loop import LOOP_DETECTED
 from messages.replay import SafetyCheck
 from messages.workflow import INPUT_TYPES, Action
+from workflow.identity import IDENTITY_MISMATCH
 from workflow.safety import pause_message
 
 _SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
@@ -36,7 +37,8 @@ INPUT_REASONS = frozenset({FAILED_AFTER_INPUT, INPUT_UNKNOWN})
 person says ``redo`` (ResumeReplay.step)."""
 FAILURE_REASONS = frozenset({SYSTEM_DIALOG, WRONG_WINDOW, NEEDS_HUMAN, TARGET_NOT_FOUND,
                              ACTION_FAILED, ORPHAN_MAX_RESENDS, DEAD_CLIENT, LOOP_DETECTED,
-                             FAILED_AFTER_INPUT, INPUT_UNKNOWN, GUARD_LOST})
+                             FAILED_AFTER_INPUT, INPUT_UNKNOWN, GUARD_LOST,
+                             IDENTITY_MISMATCH})
 """Pauses something went wrong for: a replay cancelled at one of them ends ``failed``."""
 
 
@@ -116,6 +118,16 @@ def report_pause(report: ActionReport, action: Action) -> PauseCause | None:
         return PauseCause(WRONG_WINDOW,
                           f"Léa n'est pas sur la bonne fenêtre{hint} pour « {_label(action)} ». "
                           "Affichez la bonne fenêtre, puis reprenez.", {"expected": expected})
+    if error == IDENTITY_MISMATCH:
+        # The screen may show another patient's record: nothing more is typed into it until
+        # a person looked (docs/screens-and-pauses.md, "The patient's identity").
+        expected = str(action.parameters.get("expect_text") or "")
+        read = report.target_description or "rien de lisible"
+        return PauseCause(IDENTITY_MISMATCH,
+                          f"Léa attendait « {expected} » à l'écran et a lu : {read}. Ce n'est "
+                          "peut-être pas le bon patient : vérifiez le dossier affiché avant "
+                          "de reprendre.",
+                          {"expected": expected, "read": report.target_description})
     if report.needs_human:
         if error == "indeterminate_after_restart":
             text = (f"Léa a redémarré pendant « {_label(action)} » : vérifiez si l'action a été "

@@ -16,6 +16,7 @@ from actors.dispatcher.rules import base_id
 from messages.dispatch import DispatchMeta, InFlight
 from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck
 from messages.workflow import INPUT_TYPES, Action, Workflow
+from workflow.inputs import secrets, shown_values, substitute
 
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 PAUSED: Literal["paused_need_help"] = "paused_need_help"
@@ -136,6 +137,22 @@ class ReplayState:
     # verdict lost with a restart is not asked again). While any is pending, no input action
     # of this replay is granted its claim (consult_inputs.py).
     loop_pending: list[str] = field(default_factory=list)
+    # The run's input values (workflow/inputs.py): put into each action as it is dispatched;
+    # the workflow kept above has the placeholders.
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    def concrete(self, action: Action) -> Action:
+        """``action`` as the agent performs it: with this run's input values."""
+        return substitute(action, self.inputs)
+
+    def shown(self, action: Action) -> Action:
+        """``action`` as a person reads it (pause messages, check labels): with this run's
+        values, a sensitive one masked."""
+        return substitute(action, shown_values(self.workflow.inputs, self.inputs))
+
+    def secrets(self) -> list[str]:
+        """The sensitive values of this run, masked in whatever its agent reports."""
+        return secrets(self.workflow.inputs, self.inputs)
 
     @property
     def total(self) -> int:
@@ -255,7 +272,7 @@ def mutable_dump(r: ReplayState) -> dict[str, Any]:
         "index": r.index, "completed_actions": r.completed_actions, "counters": r.counters,
         "updated_at": r.updated_at, "retries": r.retries, "retry_budget": r.retry_budget,
         "resumes": r.resumes, "giveup_times": r.giveup_times, "supersedes": r.supersedes,
-        "checks_acknowledged": r.checks_acknowledged,
+        "checks_acknowledged": r.checks_acknowledged, "inputs": r.inputs,
         "inflight": None if e is None else {
             "action": _action(e.action), "attempt_id": e.attempt_id, "machine_id": e.machine_id,
             "first_dispatched_at": e.first_dispatched_at, "dispatched_at": e.dispatched_at,
@@ -285,6 +302,7 @@ def mutable_restore(r: ReplayState, m: dict[str, Any]) -> None:
     # Absent from states stored before resumes carried the ids they redo.
     r.supersedes = {aid: list(ids) for aid, ids in m.get("supersedes", {}).items()}
     r.checks_acknowledged = m["checks_acknowledged"]
+    r.inputs = dict(m.get("inputs", {}))  # absent from states stored before inputs
     e, p = m["inflight"], m["pause"]
     r.inflight = None if e is None else InFlightEntry(
         action=Action.model_validate(e["action"]), attempt_id=e["attempt_id"],

@@ -45,6 +45,7 @@ def advance(tx: Tx, r: ReplayState) -> None:
         if head.type != "pause_for_human":
             dispatch(tx, r, head)
             return
+        head = r.shown(head)  # its message and check labels, with the run's values
         checks = pause_checks(head)
         if r.mode == "supervised" or checks:
             pause_for_human(tx, r, head, checks)
@@ -151,7 +152,7 @@ def send(tx: Tx, r: ReplayState) -> None:
                   else MonitorResolution.model_validate(e.monitor_resolution))
     tx.effects.append(SendToAgent(e.machine_id, DispatchAction(
         replay_id=r.replay_id, session_id=r.session_id, machine_id=e.machine_id,
-        action=e.action, attempt_id=e.attempt_id, dispatch_meta=e.meta(),
+        action=r.concrete(e.action), attempt_id=e.attempt_id, dispatch_meta=e.meta(),
         monitor_resolution=resolution, supersedes=list(supersedes))))
     info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
             "action_type": e.action.type, "resent_count": e.resent_count,

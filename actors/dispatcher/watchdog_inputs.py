@@ -74,7 +74,7 @@ def orphan_giveup(tx: Tx, msg: OrphanGiveUp) -> Decision:
         steps.pause(tx, r, rules.dead_client_pause(r.machine_id, dead, period), action,
                     failed=action)
     elif pauses:
-        steps.pause(tx, r, rules.orphan_pause(action), action, failed=action)
+        steps.pause(tx, r, rules.orphan_pause(r.shown(action)), action, failed=action)
     else:
         r.index += 1  # a lost wait is logged and the replay goes on
         steps.advance(tx, r)

@@ -54,6 +54,7 @@ from agent.executors.desktop_target import (
     target_area,
 )
 from agent.executors.desktop_text import Resolved, TextSettings
+from agent.executors.identity import check_identity, ocr_reader
 from agent.executors.window_guard import (
     WINDOW_CHECK_S,
     WRONG_WINDOW,
@@ -190,7 +191,13 @@ class DesktopExecutor:
             self._sleep(int(action.parameters["duration_ms"]) / 1000.0)
             return self._frames(ActionOutcome(success=True), before, self.screen.grab(area.rect))
         if action.type == "verify_screen":
-            return self._frames(self._verify(dispatch), before, self.screen.grab(area.rect))
+            outcome = self._verify(dispatch)
+            after = self.screen.grab(area.rect)
+            if outcome.success and "expect_text" in action.parameters:
+                # Read once the window guard passed: the patient's identity (OCR).
+                outcome = check_identity(action.parameters,
+                                         ocr_reader(after.image, self._text()), "ocr")
+            return self._frames(outcome, before, after)
         refusal = self._front_refusal(action)
         if refusal is not None:
             return self._frames(refusal, before, before)

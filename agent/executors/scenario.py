@@ -124,6 +124,9 @@ class DesktopSpec(_Strict):
     """``[]``: the agent reports no geometry (as without screeninfo): composite routing."""
     focused_monitor: int | None = Field(0, ge=0, lt=16)
     """idx of the monitor holding the simulated window."""
+    banner: str = Field("", max_length=500)
+    """The patient banner's text, shown at the top of the window: what an identity check
+    (verify_screen ``expect_text``) reads there."""
     clock: bool = False
     """A clock (HH:MM:SS, from 10:00:00) in the title bar that advances one second at every
     action, whatever the action does: a ``loop`` then changes nothing but the clock."""

@@ -23,6 +23,7 @@ from PIL import Image, ImageDraw, ImageFont
 from agent.effects import EffectsLog, InputTracker
 from agent.executors.base import ActionOutcome
 from agent.executors.desktop_target import MONITOR_UNAVAILABLE, blind_elsewhere, target_area
+from agent.executors.identity import check_identity
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
 from agent.executors.window_guard import title_after
 from agent.screen.geometry import number_monitors
@@ -30,6 +31,7 @@ from agent.screen.raw_monitor import RawMonitor
 from messages.dispatch import DispatchAction
 from messages.monitor import Monitor
 from messages.workflow import INPUT_TYPES, Action
+from workflow.identity import IdentityCheck
 
 WIDTH, HEIGHT = 320, 200
 
@@ -82,12 +84,13 @@ class SimulatedDesktop:
     status: str = ""
     typed_elsewhere: str = ""
     clock: int | None = None  # seconds since midnight, shown in the title bar when set
+    banner: str = ""  # the patient banner, under the title bar
     _font: Any = field(default_factory=_font, repr=False)
 
     @classmethod
     def from_spec(cls, spec: DesktopSpec) -> SimulatedDesktop:
         return cls(spec.window_title, [Widget(**w.model_dump()) for w in spec.widgets],
-                   clock=10 * 3600 if spec.clock else None)
+                   clock=10 * 3600 if spec.clock else None, banner=spec.banner)
 
     def find(self, text: str) -> Widget | None:
         """The widget named ``text`` (case-insensitive; exact name first, then substring)."""
@@ -156,6 +159,8 @@ class SimulatedDesktop:
             draw.rectangle((WIDTH - 52, 0, WIDTH, 14), fill=(40, 70, 120))
             self._text(draw, (WIDTH - 48, 1), f"{c // 3600 % 24:02d}:{c // 60 % 60:02d}:"
                        f"{c % 60:02d}", (255, 255, 255))
+        if self.banner:
+            self._text(draw, (3, 16), self.banner[:60], (120, 0, 0))
         for w in self.widgets:
             box = (w.x * WIDTH, w.y * HEIGHT, (w.x + w.w) * WIDTH, (w.y + w.h) * HEIGHT)
             fill = (255, 255, 255) if w.kind == "field" else (200, 210, 225)
@@ -369,7 +374,20 @@ class SimulatedExecutor:
                 needs_human=True,
                 target_description=f"expected a window title containing {patterns}, "
                                    f"got {desk.window_title!r}")
-        return ActionOutcome(success=True)
+        return self._identity(p)
+
+    def _identity(self, p: dict[str, Any]) -> ActionOutcome:
+        """The identity check a verify_screen asks (workflow/identity.py): with a region,
+        the banner is what is read there; without, the whole window's text."""
+        desk = self.desktop
+
+        def read(check: IdentityCheck) -> str:
+            if check.region is not None:
+                return desk.banner
+            return "\n".join([desk.banner, desk.window_title,
+                              *(f"{w.name} {w.text}" for w in desk.widgets)])
+
+        return check_identity(p, read)
 
     def _pointer(self, action: Action, sending: Callable[[], AbstractContextManager[None]],
                  loop: bool) -> ActionOutcome:

@@ -7,7 +7,8 @@ exists it is also shown in a window (:mod:`agent.pause_window`, its own process)
 pause, closed when the pause ends or the agent stops.
 
 ``LEA_PAUSE_WINDOW``: ``auto`` (default: a window with the desktop executor when a screen
-and Tk are there), ``on`` (also with the simulated executor, for demos), ``off``.
+and a toolkit are there: Win32 on Windows, Tk elsewhere), ``on`` (also with the simulated
+executor, for demos), ``off``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def window_mode() -> WindowMode:
 
 
 def can_show_windows() -> bool:
-    """A screen to draw on and Tk to draw with."""
-    screen = sys.platform in ("win32", "darwin") or bool(
+    """A screen to draw on and a toolkit to draw with (Windows: user32, always there)."""
+    if sys.platform == "win32":
+        return True
+    screen = sys.platform == "darwin" or bool(
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     return screen and importlib.util.find_spec("tkinter") is not None
 

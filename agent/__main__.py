@@ -1,15 +1,38 @@
-"""``python -m agent --machine-id M ...``: run one agent (same flags as ``run.py agent``)."""
+"""``python -m agent --machine-id M ...``: run one agent (same flags as ``run.py agent``).
+
+``python -m agent status --data-dir DIR`` (or ``--machine-id M``, the default data folder):
+say whether that agent runs, its server link, its monitors, its last action
+(agent/status.py).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from agent import command as agent_cmd
 from runtime.settings import load_settings
 
 
+def status(argv: list[str]) -> int:
+    from agent import status as agent_status
+
+    parser = argparse.ArgumentParser(prog="python -m agent status",
+                                     description="Is the Léa agent running, and how")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--data-dir", type=Path, help="the agent's data folder")
+    where.add_argument("--machine-id", help="the agent's id (its default data folder)")
+    args = parser.parse_args(argv)
+    data_dir = args.data_dir
+    if data_dir is None:
+        data_dir = agent_status.default_data_dir(load_settings(), args.machine_id)
+    return agent_status.main(data_dir)
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["status"]:
+        return status(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m agent",
                                      description="Léa workstation agent")
     agent_cmd.add_arguments(parser)

@@ -73,8 +73,13 @@ class PauseNotices:
         self._seen.add(key)
         checks = "".join(f"\n  [{'required' if c.required else 'optional'}] {c.label}"
                          for c in msg.safety_checks)
-        logger.warning("REPLAY PAUSED {} ({}){}:\n{}{}", msg.replay_id, msg.reason or "pause",
-                       f" at {msg.action_id}" if msg.action_id else "", msg.message, checks)
+        where = f" at {msg.action_id}" if msg.action_id else ""
+        # The log file gets the summary only: the message may name a patient (runtime/logs.py)
+        summary = (f"REPLAY PAUSED {msg.replay_id} ({msg.reason or 'pause'}){where}: message of"
+                   f" {len(msg.message)} characters, {len(msg.safety_checks)} checks")
+        logger.bind(redacted=summary).warning("REPLAY PAUSED {} ({}){}:\n{}{}", msg.replay_id,
+                                              msg.reason or "pause", where, msg.message,
+                                              checks)
         if not self.windows:
             return Ack(status="logged")
         self._close(msg.replay_id)

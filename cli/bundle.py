@@ -87,6 +87,11 @@ class Bundle:
         return self.python_dir / "python.exe"
 
     @property
+    def pythonw_exe(self) -> Path:
+        """The same interpreter without a console (Windows' GUI subsystem)."""
+        return self.python_dir / "pythonw.exe"
+
+    @property
     def launcher(self) -> Path:
         return self.root / "lea-agent.cmd"
 

@@ -95,6 +95,13 @@ class PauseNotices:
         except OSError as exc:
             logger.error("cannot open the pause window: {} (the log has the message)", exc)
             return Ack(status="logged")
+        if sys.platform == "win32":
+            from agent.pause_win32 import end_with_this_process
+
+            try:
+                end_with_this_process(proc.pid)
+            except OSError as exc:  # the window still shows; only a crash would leave it
+                logger.warning("the pause window may outlive the agent: {}", exc)
         self._open[msg.replay_id] = proc
         return Ack(status="shown")
 

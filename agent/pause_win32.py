@@ -78,6 +78,57 @@ def layout(text: str, dpi: int, work: tuple[int, int, int, int], char_w: int, li
     }
 
 
+_job: list[Any] = []  # this process's job object, created once, open until it ends
+
+
+def end_with_this_process(pid: int) -> None:
+    """Windows: process ``pid`` (a pause window) ends when this one ends, however it ends
+    (kill included): a job object that kills its processes when its last handle closes.
+    Otherwise a window outlives a crashed agent, and the restarted agent, told the pause
+    again, opens a second one."""
+    if sys.platform != "win32":
+        raise OSError("job objects are Windows'")
+    from ctypes import wintypes
+
+    class Basic(ctypes.Structure):
+        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64),
+                    ("PerJobUserTimeLimit", ctypes.c_int64), ("LimitFlags", wintypes.DWORD),
+                    ("MinimumWorkingSetSize", ctypes.c_size_t),
+                    ("MaximumWorkingSetSize", ctypes.c_size_t),
+                    ("ActiveProcessLimit", wintypes.DWORD), ("Affinity", ctypes.c_size_t),
+                    ("PriorityClass", wintypes.DWORD), ("SchedulingClass", wintypes.DWORD)]
+
+    class Extended(ctypes.Structure):
+        _fields_ = [("BasicLimitInformation", Basic), ("IoInfo", ctypes.c_uint64 * 6),
+                    ("ProcessMemoryLimit", ctypes.c_size_t),
+                    ("JobMemoryLimit", ctypes.c_size_t),
+                    ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                    ("PeakJobMemoryUsed", ctypes.c_size_t)]
+
+    k: Any = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined,unused-ignore]
+    k.CreateJobObjectW.restype = k.OpenProcess.restype = ctypes.c_void_p
+    k.SetInformationJobObject.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                          wintypes.DWORD]
+    k.AssignProcessToJobObject.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    k.CloseHandle.argtypes = [ctypes.c_void_p]
+    if not _job:
+        job = k.CreateJobObjectW(None, None)
+        limits = Extended()
+        limits.BasicLimitInformation.LimitFlags = 0x2000  # KILL_ON_JOB_CLOSE
+        if not job or not k.SetInformationJobObject(job, 9, ctypes.byref(limits),
+                                                    ctypes.sizeof(limits)):
+            raise ctypes.WinError(ctypes.get_last_error())  # type: ignore[attr-defined,unused-ignore]
+        _job.append(job)
+    process = k.OpenProcess(0x0101, False, pid)  # PROCESS_TERMINATE | PROCESS_SET_QUOTA
+    if not process:
+        raise ctypes.WinError(ctypes.get_last_error())  # type: ignore[attr-defined,unused-ignore]
+    try:
+        if not k.AssignProcessToJobObject(_job[0], process):
+            raise ctypes.WinError(ctypes.get_last_error())  # type: ignore[attr-defined,unused-ignore]
+    finally:
+        k.CloseHandle(process)
+
+
 def show(text: str) -> int:
     """Show ``text`` until the person closes the window or the process is ended; 0."""
     if sys.platform != "win32":

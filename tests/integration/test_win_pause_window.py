@@ -1,12 +1,14 @@
 """The pause window on Windows (docs/screens-and-pauses.md): the agent from the shipped folder,
 under Wine, on the two-monitor desktop of tests/win_desktop.py, with its default settings
 (``--executor desktop``, ``LEA_PAUSE_WINDOW`` unset). The window is read from another Windows
-process, as Windows shows it (tests/fixtures/win_windows.py: EnumWindows, WM_GETTEXT).
+process, as Windows shows it (tests/fixtures/win_windows.py: EnumWindows, WM_GETTEXT); it
+goes away at the pause's end, and with the agent when the agent is killed.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ def test_the_person_sees_the_whole_pause_in_a_topmost_window_gone_on_resume(
     spawn(python_argv("-m", "broker"), env=lea_env, name="broker")
     env = win_desk.env(**{k: v for k, v in lea_env.items()
                           if k.startswith("LEA_") and k != "LEA_PAUSE_WINDOW"})
-    win_desk.bundle.wine.popen(win_desk.bundle.python(
+    agent = win_desk.bundle.wine.popen(win_desk.bundle.python(
         "-m", "agent", "--machine-id", "W1", "--executor", "desktop",
         "--data-dir", windows_path(tmp_path / "agent-data")), tmp_path / "agent-W1.log", env)
     client = SyncClient(lea_env["LEA_MDP_ENDPOINT"])
@@ -84,6 +86,14 @@ def test_the_person_sees_the_whole_pause_in_a_topmost_window_gone_on_resume(
         assert _send(client, PAUSE).status == "already_shown"  # re-sent after a hello
         assert len(_windows(win_desk)) == 1
         assert _send(client, AgentPauseEnded(replay_id="r-42")).status == "closed"
+        wait_until(lambda: not _windows(win_desk), timeout=120, interval=1)
+
+        # An agent killed outright takes its window along (a job object): the restarted
+        # one, told the pause again, opens the only one.
+        assert _send(client, PAUSE.model_copy(update={"replay_id": "r-43"})).status == "shown"
+        wait_until(lambda: _windows(win_desk), timeout=120, interval=1)
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=30)
         wait_until(lambda: not _windows(win_desk), timeout=120, interval=1)
     finally:
         client.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ class Asks:
         self.outbox = outbox
         self.ledger = ledger
         self.machine_id = machine_id
+        self.hello_answered_at: float | None = None  # wall clock (agent/status.py)
 
     def _ask(self, key: str, message: Message, on_reply: OnReply,
              delay_s: float = 0.0) -> None:
@@ -123,6 +125,7 @@ class Asks:
                                body.message)
             else:
                 logger.info("dispatcher answered hello")
+            self.hello_answered_at = time.time()
             return True  # any answer means a dispatcher heard us
 
         self._ask("hello", hello, on_reply)

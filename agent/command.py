@@ -36,10 +36,14 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     from agent.effects import EffectsLog
     from agent.executors import ExecutorUnavailable, ScenarioError, load_scenario, make_executor
     from agent.process import Agent, AgentError
+    from agent.status import default_data_dir, log_file
     from runtime.logs import setup_logging
 
     machine_id: str = args.machine_id
-    setup_logging(f"agent.{machine_id}", settings.log_level)
+    data_dir = Path(args.agent_data_dir) if args.agent_data_dir else None
+    # The log file IT reads after an incident, whatever the console (docs/operations.md).
+    setup_logging(f"agent.{machine_id}", settings.log_level,
+                  log_file(data_dir or default_data_dir(settings, machine_id)))
     if args.connect:
         settings = settings.model_copy(update={"mdp_endpoint": args.connect})
     try:  # an SSH tunnel and/or CURVE (agent/link.py): started with the agent
@@ -58,7 +62,6 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot open the effects log: {exc}", file=sys.stderr)
         return 2
-    data_dir = Path(args.agent_data_dir) if args.agent_data_dir else None
     try:
         agent = Agent(link.settings, machine_id, executor, data_dir, effects, link.curve)
     except AgentError as exc:

@@ -94,6 +94,11 @@ class Heartbeats:
             if self._stop.wait(self.config.poll_s):
                 return
 
+    @property
+    def router_answering(self) -> bool:
+        """Whether monitor_router took the last heartbeat."""
+        return bool(self._router_answering)
+
     def latest(self) -> ScreenState | None:
         """The last sample (None before the first)."""
         with self._lock:

@@ -7,7 +7,8 @@ exists it is also shown in a window (:mod:`agent.pause_window`, its own process)
 pause, closed when the pause ends or the agent stops.
 
 ``LEA_PAUSE_WINDOW``: ``auto`` (default: a window with the desktop executor when a screen
-and Tk are there), ``on`` (also with the simulated executor, for demos), ``off``.
+and a toolkit are there: Win32 on Windows, Tk elsewhere), ``on`` (also with the simulated
+executor, for demos), ``off``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def window_mode() -> WindowMode:
 
 
 def can_show_windows() -> bool:
-    """A screen to draw on and Tk to draw with."""
-    screen = sys.platform in ("win32", "darwin") or bool(
+    """A screen to draw on and a toolkit to draw with (Windows: user32, always there)."""
+    if sys.platform == "win32":
+        return True
+    screen = sys.platform == "darwin" or bool(
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     return screen and importlib.util.find_spec("tkinter") is not None
 
@@ -70,8 +73,13 @@ class PauseNotices:
         self._seen.add(key)
         checks = "".join(f"\n  [{'required' if c.required else 'optional'}] {c.label}"
                          for c in msg.safety_checks)
-        logger.warning("REPLAY PAUSED {} ({}){}:\n{}{}", msg.replay_id, msg.reason or "pause",
-                       f" at {msg.action_id}" if msg.action_id else "", msg.message, checks)
+        where = f" at {msg.action_id}" if msg.action_id else ""
+        # The log file gets the summary only: the message may name a patient (runtime/logs.py)
+        summary = (f"REPLAY PAUSED {msg.replay_id} ({msg.reason or 'pause'}){where}: message of"
+                   f" {len(msg.message)} characters, {len(msg.safety_checks)} checks")
+        logger.bind(redacted=summary).warning("REPLAY PAUSED {} ({}){}:\n{}{}", msg.replay_id,
+                                              msg.reason or "pause", where, msg.message,
+                                              checks)
         if not self.windows:
             return Ack(status="logged")
         self._close(msg.replay_id)
@@ -87,6 +95,13 @@ class PauseNotices:
         except OSError as exc:
             logger.error("cannot open the pause window: {} (the log has the message)", exc)
             return Ack(status="logged")
+        if sys.platform == "win32":
+            from agent.pause_win32 import end_with_this_process
+
+            try:
+                end_with_this_process(proc.pid)
+            except OSError as exc:  # the window still shows; only a crash would leave it
+                logger.warning("the pause window may outlive the agent: {}", exc)
         self._open[msg.replay_id] = proc
         return Ack(status="shown")
 

@@ -1,52 +1,23 @@
 """The pause window: ``python -m agent.pause_window`` reads an AgentPaused as JSON on stdin.
 
-It runs as its own process (started by :mod:`agent.pause_notice`), so Tk never shares a
-thread with the agent's loop and a window that fails cannot take the agent down; closing it
-is ending the process. The text is never truncated (docs/screens-and-pauses.md): a read-only text
-box sized to the content up to a cap, with a scrollbar from the cap on, wrapping long lines.
+It runs as its own process (started by :mod:`agent.pause_notice`), so the window never
+shares a thread with the agent's loop and a window that fails cannot take the agent down;
+closing it is ending the process. The text is never truncated (docs/screens-and-pauses.md):
+a read-only text box sized to the content up to a cap, with a scrollbar from the cap on,
+wrapping long lines. Tk draws it; on Windows, Win32 (:mod:`agent.pause_win32`: the
+embeddable CPython of the agent folder has no Tk).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from typing import Any
 
+from agent.pause_text import HEADLINE, TITLE, notice_text, text_box_size
 from messages.pause import AgentPaused
 
-TITLE = "Léa — replay en pause"
-MIN_COLS, MAX_COLS = 40, 100
-MAX_ROWS = 24
-SCROLL_FROM_CHARS = 200
-
-
-def notice_text(msg: AgentPaused) -> str:
-    """Everything the person must read, in full."""
-    details = []
-    if msg.reason:
-        details.append(f"Raison : {msg.reason}")
-    if msg.action_id:
-        details.append(f"Étape : {msg.action_id}")
-    if msg.safety_checks:
-        details.append("Vérifications avant de reprendre :")
-        details += [f"  ☐ {c.label}" + (" (obligatoire)" if c.required else "")
-                    for c in msg.safety_checks]
-    details.append(f"Replay : {msg.replay_id}")
-    return (msg.message.strip() or "(aucun message)") + "\n\n" + "\n".join(details)
-
-
-def text_box_size(text: str, min_cols: int = MIN_COLS, max_cols: int = MAX_COLS,
-                  max_rows: int = MAX_ROWS) -> tuple[int, int, bool]:
-    """``(columns, rows, scrollbar)`` for ``text`` word-wrapped at the columns: as wide as
-    the longest line within [min_cols, max_cols], as tall as the wrapped text up to
-    ``max_rows``. The scrollbar shows once that cap is reached or from 200 characters on,
-    so a long multi-line reason is never cut silently."""
-    lines = text.split("\n")
-    cols = max(min_cols, min(max_cols, max((len(line) for line in lines), default=0)))
-    wrapped = sum(max(1, len(textwrap.wrap(line, cols, break_long_words=True)))
-                  for line in lines)
-    return cols, min(wrapped, max_rows), wrapped >= max_rows or len(text) >= SCROLL_FROM_CHARS
+__all__ = ["TITLE", "build", "main", "notice_text", "text_box_size"]  # what tests read
 
 
 def build(root: Any, msg: AgentPaused) -> Any:
@@ -59,7 +30,7 @@ def build(root: Any, msg: AgentPaused) -> Any:
     root.attributes("-topmost", True)
     frame = tk.Frame(root, padx=12, pady=10)
     frame.pack(fill="both", expand=True)
-    tk.Label(frame, text="Léa a mis le replay en pause. Une personne doit intervenir.",
+    tk.Label(frame, text=HEADLINE,
              font=("TkDefaultFont", 11, "bold"), anchor="w").pack(fill="x", pady=(0, 8))
     box = tk.Frame(frame)
     box.pack(fill="both", expand=True)
@@ -82,6 +53,14 @@ def main() -> int:
     except ValueError as exc:
         print(f"pause_window: bad input: {exc}", file=sys.stderr)
         return 2
+    if sys.platform == "win32":
+        from agent.pause_win32 import show
+
+        try:
+            return show(notice_text(msg))
+        except OSError as exc:
+            print(f"pause_window: no window: {exc}", file=sys.stderr)
+            return 3
     import tkinter as tk
 
     try:

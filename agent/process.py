@@ -50,6 +50,7 @@ from agent.pause_notice import PauseNotices
 from agent.screen.probe import probe_for
 from agent.serve import Intake
 from agent.session_end import SessionEnd
+from agent.status import StatusFile, default_data_dir, log_file
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply, Ping, Pong
@@ -99,7 +100,7 @@ class Agent:
         self.machine_id = machine_id
         self.service = f"agent.{machine_id}"
         self.executor = executor
-        self.data_dir = data_dir or settings.data_dir / f"agent-{machine_id}"
+        self.data_dir = data_dir or default_data_dir(settings, machine_id)
         self.effects = effects_log
         self.link = link  # CURVE keys and handshake watch (agent/curve.py), if any
         self.exit_code = 0
@@ -107,6 +108,7 @@ class Agent:
         self.started_at = time.time()
         self.poll_loop = PollLoop(self.service)
         self._grace_until = 0.0
+        self._last_action: dict[str, Any] | None = None
         self._jobs: queue.Queue[DispatchAction | None] = queue.Queue()
         self._done: queue.Queue[_Done] = queue.Queue()
         # (dispatch, info) from the execution thread: an action waiting for a person.
@@ -201,6 +203,26 @@ class Agent:
             except queue.Empty:
                 return
             self.intake.finish(dispatch, outcome, executed_at)
+            # The error's code only: its detail may quote a window title naming a patient.
+            self._last_action = {
+                "replay_id": dispatch.replay_id, "action_id": dispatch.action.action_id,
+                "type": dispatch.action.type, "at": executed_at,
+                "outcome": "ok" if outcome.success else
+                f"failed ({(outcome.error or 'error').split(':')[0]})"}
+
+    def _status(self, now: float) -> dict[str, Any]:
+        """What ``lea-agent status`` shows (agent/status.py)."""
+        worker, state = self.worker, self.heartbeats.latest()
+        heard = now - worker.heard_at <= worker.heartbeat_interval_s * worker.liveness
+        return {
+            "service": self.service, "pid": os.getpid(), "started_at": self.started_at,
+            "executor": self.executor.name, "log_file": str(log_file(self.data_dir)),
+            "link": {"endpoint": worker.endpoint, "endpoints": self.settings.mdp_endpoints,
+                     "transport": "curve" if self.link is not None else "plain",
+                     "broker_heard": heard, "hello_answered_at": self.asks.hello_answered_at,
+                     "router_answering": self.heartbeats.router_answering},
+            "monitors": [m.model_dump(mode="json") for m in state.monitors] if state else [],
+            "last_action": self._last_action}
 
     # The report path -----------------------------------------------------------------------
 
@@ -317,6 +339,8 @@ class Agent:
         poll_loop.add(client)
         poll_loop.add(self.outbox)
         poll_loop.each_turn(self.heartbeats.tick)
+        status = StatusFile(self.data_dir)
+        poll_loop.each_turn(lambda now: status.update(self._status(now), now))
         if (link := self.link) is not None:
             poll_loop.each_turn(lambda now: self._relink(link.tick(now)))
         greeted = 0  # the worker connection our last hello went out on

@@ -9,12 +9,13 @@ Built on any machine that reaches the package registries (Linux included), nothi
 - ``tessdata\\``: Tesseract's French and English models (``TESSDATA_LANGS``), copied from this
   machine's tessdata folder (Debian: ``tesseract-ocr-fra tesseract-ocr-eng``): the agent
   reads text targets offline (docs/grounding.md);
-- ``lea-agent.cmd`` (the launcher: ``python -m agent`` with the flags it holds) and
-  ``lea-agent.toml`` (the settings, ``[lea]`` table): a sample to edit per workstation.
+- ``lea-agent.cmd`` (``lea-agent status | start | stop | console``) and ``lea-agent.toml``
+  (the settings' defaults, ``[lea]`` table), both from cli/installer.py, which also makes
+  the folder into ``lea-agent-setup.exe`` (``--setup FILE``).
 
 The downloads are cached (``--cache``, default ``$XDG_CACHE_HOME/lea-bundle``) under a key
 made of what was asked, so a second build only copies. The README's "Install the agent on a
-Windows workstation" says what to do with the folder.
+Windows workstation" says what to do with the installer.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.grounding.tesseract import OcrUnavailable, tessdata_folder
+from cli import installer
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("runtime", "messages", "workflow", "transport", "audit_outbox", "broker",
@@ -85,6 +87,11 @@ class Bundle:
     @property
     def python_exe(self) -> Path:
         return self.python_dir / "python.exe"
+
+    @property
+    def pythonw_exe(self) -> Path:
+        """The same interpreter without a console (Windows' GUI subsystem)."""
+        return self.python_dir / "pythonw.exe"
 
     @property
     def launcher(self) -> Path:
@@ -276,33 +283,6 @@ def fetch_site(cache: Path) -> Path:
 PTH = "python311.zip\n.\n..\\site\n..\\app\nimport site\n"
 """The embeddable build ignores PYTHONPATH: its ``._pth`` file is its whole path."""
 
-LAUNCHER = r"""@echo off
-rem Lea workstation agent: edit the four lines below, then start this file at log-on
-rem (README, "Install the agent on a Windows workstation"). Settings: lea-agent.toml.
-set "LEA_MACHINE_ID=WS12"
-set "LEA_BROKER=tcp://lea-server.example:5558"
-rem CURVE (the broker started with --curve): the server's public key, this agent's secret key.
-set LEA_LINK=--curve --server-key "%~dp0keys\server.key"
-set LEA_LINK=%LEA_LINK% --agent-key "%~dp0keys\%LEA_MACHINE_ID%.key_secret"
-rem Or an SSH tunnel the agent opens itself (Windows' OpenSSH client), LEA_BROKER then being
-rem the broker as the server sees it (tcp://127.0.0.1:5555):
-rem set LEA_LINK=--ssh lea@lea-server.example --ssh-key "%~dp0keys\lea_agent"
-set "LEA_CONFIG=%~dp0lea-agent.toml"
-"%~dp0python\python.exe" -m agent --machine-id "%LEA_MACHINE_ID%" --connect "%LEA_BROKER%" ^
-  --executor desktop --data-dir "%~dp0data" %LEA_LINK% %*
-"""
-
-SAMPLE_CONFIG = """\
-# Settings of the Lea agent on this workstation (README: "Install the agent on a Windows
-# workstation"; every setting: the README's settings table). The machine id, the broker and
-# the keys are in lea-agent.cmd. An environment variable LEA_<NAME> overrides a line here.
-[lea]
-log_level = "INFO"
-heartbeat_interval_ms = 1000
-heartbeat_liveness = 3
-"""
-
-
 def link_or_copy(src: str, dst: str) -> str:
     """A hard link where the file system allows it (no data written), else a copy."""
     try:
@@ -340,9 +320,8 @@ def build(out: Path, cache: Path | None = None, root: Path = ROOT,
     # nothing, and an install folder users cannot write is fine.
     compileall.compile_dir(bundle.app, quiet=1)
     copy_tessdata(bundle.tessdata)
-    bundle.launcher.write_bytes(LAUNCHER.replace("\n", "\r\n").encode("ascii"))
-    bundle.config.write_text(SAMPLE_CONFIG, encoding="utf-8")
-    (out / "keys").mkdir()
+    bundle.launcher.write_bytes(installer.LAUNCHER.replace("\n", "\r\n").encode("ascii"))
+    bundle.config.write_text(installer.CONFIG, encoding="utf-8")
     return bundle
 
 
@@ -364,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build the self-contained Windows agent folder (embeddable CPython 3.11, "
                     "win_amd64 wheels, the agent's code, lea-agent.cmd, lea-agent.toml).")
     parser.add_argument("--out", type=Path, help="the folder to create")
+    parser.add_argument("--setup", type=Path, metavar="FILE",
+                        help="also build the installer FILE (lea-agent-setup.exe) from the "
+                             "folder (NSIS's makensis: Debian package nsis)")
     parser.add_argument("--cache", type=Path, help=f"download cache (default {default_cache()})")
     parser.add_argument("--list-modules", action="store_true",
                         help="print the project modules the agent imports, and stop")
@@ -380,10 +362,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is required")
     try:
         bundle = build(args.out, args.cache)
-    except BundleError as exc:
+        if args.setup is not None:
+            installer.build_setup(bundle.root, args.setup)
+    except (BundleError, installer.InstallerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"built {bundle.root}: start it with {bundle.launcher.name} (edit it first)")
+    print(f"built {bundle.root}" + (f" and {args.setup}" if args.setup else "")
+          + ": README, \"Install the agent on a Windows workstation\"")
     return 0
 
 

@@ -25,6 +25,8 @@ class AgentPaused(Message, type_name="agent.paused"):
     reason: str = Field("", max_length=200)
     message: str = Field("", max_length=20_000)
     action_id: str | None = Field(None, max_length=200)
+    monitor_index: int | None = None
+    """The paused step's monitor (the workflow's ``monitor_index``), when it names one."""
     safety_checks: list[SafetyCheck] = Field(default_factory=list, max_length=100)
     paused_at: float | None = None
 

@@ -4,19 +4,42 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 from loguru import logger
 
+LINE = "{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} {extra[proc]}[{process}] "
+LOG_FILE_BYTES = 5 * 1024 * 1024
+LOG_FILE_KEPT = 5
+"""A log file is rotated at 5 MB and five rotated files are kept: at most 30 MB a
+workstation, weeks of an agent's records (docs/operations.md)."""
 
-def setup_logging(name: str, level: str = "INFO") -> None:
-    """Log to stderr as ``time level name[pid] message``; JSON lines when ``LEA_LOG_JSON=1``."""
+
+def _file_format(record: Any) -> str:
+    """The file's line: a record bound with ``redacted`` (a pause's text, which may name a
+    patient) writes that summary instead of its message; the console keeps the whole."""
+    message = "{extra[redacted]}" if "redacted" in record["extra"] else "{message}"
+    return LINE + message + "\n{exception}"
+
+
+def setup_logging(name: str, level: str = "INFO", log_file: Path | None = None) -> None:
+    """Log to stderr as ``time level name[pid] message``; JSON lines when ``LEA_LOG_JSON=1``.
+    No stderr (``pythonw``, no console): not there. ``log_file``: also to that file, rotated
+    (:data:`LOG_FILE_BYTES`, :data:`LOG_FILE_KEPT`), patient text left out; a file that
+    cannot be opened is said on stderr and the process goes on."""
     logger.remove()
     logger.configure(extra={"proc": name})
-    if os.environ.get("LEA_LOG_JSON") == "1":
-        logger.add(sys.stderr, level=level, serialize=True)
+    if sys.stderr is not None:
+        if os.environ.get("LEA_LOG_JSON") == "1":
+            logger.add(sys.stderr, level=level, serialize=True)
+        else:
+            logger.add(sys.stderr, level=level, format=LINE + "{message}")
+    if log_file is None:
         return
-    logger.add(
-        sys.stderr,
-        level=level,
-        format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} {extra[proc]}[{process}] {message}",
-    )
+    try:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        logger.add(log_file, level=level, format=_file_format, rotation=LOG_FILE_BYTES,
+                   retention=LOG_FILE_KEPT, encoding="utf-8", delay=False)
+    except OSError as exc:
+        logger.error("cannot write the log file {}: {}", log_file, exc)

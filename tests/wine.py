@@ -17,9 +17,9 @@ Fixtures (registered by tests/integration/conftest.py; session-scoped unless sai
   ``Z:\\...``), ``python(*args)`` (argv for :meth:`Wine.run` / :meth:`Wine.popen`),
   ``run_python(*args, env=, timeout=)`` and ``popen_python(*args, log=, env=)``.
 - ``wine_agent`` (per test) -> ``wine_agent(system, machine_id, scenario=None,
-  extra_env=None, extra_args=None, data_dir=None) -> WineAgent``: like ``System.agent``
-  (tests/integration/system.py; same ``start``, ``kill``, ``effects``, ``executed``,
-  ``data_dir``), the agent under Wine from the folder against the Linux tree; only the
+  extra_env=None, extra_args=None, data_dir=None, windowless=False) -> WineAgent``: like
+  ``System.agent`` (tests/integration/system.py; same ``start``, ``kill``, ``effects``,
+  ``executed``, ``data_dir``), the agent under Wine from the folder against the Linux tree; only the
   ``LEA_*``, ``RPA_*`` and ``DISPLAY`` variables cross over; ``kill(SIGKILL)`` kills the
   Windows process itself.
 
@@ -243,6 +243,11 @@ class WineBundle:
     def win(path: Path | str) -> str:
         return windows_path(path)
 
+    @property
+    def pythonw_exe(self) -> Path:
+        """The windowless interpreter (no console: what the log-on task starts)."""
+        return self.bundle.pythonw_exe
+
     def python(self, *args: str) -> list[str]:
         return [str(self.python_exe), *args]
 
@@ -289,8 +294,10 @@ class WineAgent(Agent):
     def __init__(self, bundle: WineBundle, system: System, machine_id: str,
                  scenario: dict[str, Any] | None = None,
                  extra_env: dict[str, str] | None = None,
-                 extra_args: list[str] | None = None, data_dir: Path | None = None) -> None:
+                 extra_args: list[str] | None = None, data_dir: Path | None = None,
+                 windowless: bool = False) -> None:
         self.bundle = bundle
+        self.windowless = windowless  # pythonw.exe: nothing on stdout, the log file only
         self.starts = 0
         self.chosen_data_dir = data_dir
         merged = {**system.env, **(extra_env or {})}
@@ -309,7 +316,8 @@ class WineAgent(Agent):
         argv += self.extra_args
         log = self.system.tmp / f"agent-{self.machine_id}-w{self.starts}.log"
         self.starts += 1
-        self.proc = self.bundle.popen_python(*argv, log=log, env=self.wine_env)
+        exe = self.bundle.pythonw_exe if self.windowless else self.bundle.python_exe
+        self.proc = self.bundle.wine.popen([str(exe), *argv], log, env=self.wine_env)
 
 
 WineAgentFactory = Callable[..., WineAgent]
@@ -319,15 +327,16 @@ WineAgentFactory = Callable[..., WineAgent]
 def wine_agent(agent_bundle: WineBundle,
                request: pytest.FixtureRequest) -> Iterator[WineAgentFactory]:
     """``wine_agent(system, machine_id, scenario=None, extra_env=None, extra_args=None,
-    data_dir=None) -> WineAgent``: an agent under Wine against ``system``'s tree (the Linux
-    tree of tests/integration/system.py); killed at teardown."""
+    data_dir=None, windowless=False) -> WineAgent``: an agent under Wine (``pythonw.exe``
+    if ``windowless``) against ``system``'s tree (the Linux tree of
+    tests/integration/system.py); killed at teardown."""
     started: list[WineAgent] = []
 
     def make(system: System, machine_id: str, scenario: dict[str, Any] | None = None,
              extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None,
-             data_dir: Path | None = None) -> WineAgent:
+             data_dir: Path | None = None, windowless: bool = False) -> WineAgent:
         agent = WineAgent(agent_bundle, system, machine_id, scenario, extra_env, extra_args,
-                          data_dir)
+                          data_dir, windowless)
         started.append(agent)
         note_effects_log(request.node, agent.effects_path)  # for the history check
         return agent

@@ -241,6 +241,11 @@ def notify_paused(tx: Tx, r: ReplayState) -> None:
     """Show the pause to the person at the workstation (messages/pause.py)."""
     p = r.pause
     if p is not None:
+        # the paused step's monitor: a retry or inserted step, else the workflow's own
+        monitor = next((a.monitor_index for a in (p.failed_action, *r.inserted,
+                                                  *r.workflow.actions)
+                        if a is not None and a.action_id == p.action_id), None)
         tx.effects.append(Notify(f"agent.{r.machine_id}", AgentPaused(
             replay_id=r.replay_id, reason=p.reason, message=p.message,
-            action_id=p.action_id, safety_checks=list(p.safety_checks), paused_at=p.at)))
+            action_id=p.action_id, monitor_index=monitor,
+            safety_checks=list(p.safety_checks), paused_at=p.at)))

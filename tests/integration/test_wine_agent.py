@@ -6,21 +6,12 @@ builds (tests/wine.py), as a real Windows process that the tests kill -9 for rea
 
 from __future__ import annotations
 
-import contextlib
 import re
-import shutil
 import signal
-import subprocess
 from pathlib import Path
 
-import psutil
-import pytest
-
-from agent.effects import read_effects
 from messages.replay import PauseReplay, ResumeReplay
-from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
-from tests.history_sources import note_effects_log
-from tests.integration.probes import serves
+from tests.conftest import ROOT, Spawn, free_port, wait_until
 from tests.integration.system import System, clicks, workflow
 from tests.integration.transport_checks import (
     accepted,
@@ -147,51 +138,3 @@ def test_ctrl_c_stops_the_windows_agent_and_its_ledger_is_locked_meanwhile(
     assert first.wait(timeout=60) == 0
     text = log.read_text(errors="replace")
     assert "got SIGINT, stopping" in text and "agent.ctrl1: stopped" in text, text[-2000:]
-
-
-def test_the_folder_installed_as_the_readme_says_serves_over_curve(
-        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path,
-        agent_bundle: WineBundle, request: pytest.FixtureRequest) -> None:
-    """README "Install the agent on a Windows workstation": keys in ``keys\\``, the top of
-    ``lea-agent.cmd`` edited, the launcher started (cmd.exe), checked with ``run.py ping``
-    from the server; a replay then runs there, over CURVE."""
-    keys = tmp_path / "server-keys"
-    subprocess.run(python_argv("run.py", "keys", "generate", "--dir", str(keys), "--agent",
-                               "WS12", "--allow"), cwd=ROOT, check=True, capture_output=True)
-    curve = f"tcp://127.0.0.1:{free_port()}"
-    system = System(spawn, lea_env, tmp_path, {
-        **SLOW_MACHINE, "LEA_CURVE": "1", "LEA_CURVE_ENDPOINT": curve,
-        "LEA_KEYS_DIR": str(keys)}, ready_timeout=120)
-    shipped = agent_bundle.root / "keys"
-    shutil.copy(keys / "server.key", shipped / "server.key")
-    shutil.copy(keys / "agents" / "WS12.key_secret", shipped / "WS12.key_secret")
-    launcher = agent_bundle.root / "ws12-test.cmd"  # the shipped one stays as shipped
-    text = agent_bundle.launcher.read_bytes().decode("ascii")
-    assert 'set "LEA_MACHINE_ID=WS12"' in text
-    launcher.write_bytes(re.sub(r'set "LEA_BROKER=[^"]*"', f'set "LEA_BROKER={curve}"',
-                                text).encode("ascii"))
-    effects = tmp_path / "effects.jsonl"
-    note_effects_log(request.node, effects)  # started by its launcher, not by spawn
-    log = tmp_path / "agent-WS12-launcher.log"
-    proc = agent_bundle.wine.popen(
-        ["cmd", "/c", windows_path(launcher), "--executor", "simulated", "--effects-log",
-         windows_path(effects)], log, env=agent_bundle.wine.env(PYTHONUNBUFFERED="1"))
-    try:
-        wait_until(lambda: serves(system.client, "agent.WS12"), timeout=180)
-        ping = subprocess.run(python_argv("run.py", "ping", "agent.WS12"), env=system.env,
-                              cwd=ROOT, capture_output=True, text=True, timeout=60,
-                              check=False)
-        assert ping.returncode == 0 and "agent.WS12" in ping.stdout, ping.stdout + ping.stderr
-        rid = system.start(workflow(*clicks(3)), "WS12")
-        system.wait_status(rid, "completed", timeout=120)
-        assert [e["action_id"] for e in read_effects(effects)] == ["s0", "s1", "s2"]
-        text = log.read_text(errors="replace")
-        assert f"serving on {curve}" in text  # CURVE, to the broker the .cmd names
-    finally:
-        for child in psutil.Process(proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-        proc.kill()
-        for name in ("server.key", "WS12.key_secret"):
-            (shipped / name).unlink()
-        launcher.unlink()

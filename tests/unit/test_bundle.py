@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli import bundle
+from cli import bundle, installer
 
 
 def test_the_folder_holds_the_agent_and_what_it_imports_only() -> None:
@@ -44,9 +44,10 @@ def test_windows_requirements_come_from_pyproject(tmp_path: Path) -> None:
 
 
 def test_the_launcher_is_a_windows_batch_file() -> None:
-    assert "\r" not in bundle.LAUNCHER  # written with CRLF by build()
-    assert "-m agent --machine-id" in bundle.LAUNCHER
-    assert 'LEA_CONFIG=%~dp0lea-agent.toml' in bundle.LAUNCHER
+    launcher = installer.LAUNCHER
+    assert "\r" not in launcher  # written with CRLF by build()
+    assert '-m agent "@%HOME_DATA%\\agent.args"' in launcher  # the installed command line
+    assert '-m agent status --data-dir "%HOME_DATA%\\agent"' in launcher
     assert bundle.PTH.splitlines() == ["python311.zip", ".", "..\\site", "..\\app",
                                        "import site"]
 
@@ -61,3 +62,12 @@ def test_an_existing_folder_is_never_overwritten(tmp_path: Path) -> None:
     else:
         raise AssertionError("built over a non-empty folder")
     assert (tmp_path / "out" / "precious").read_text() == "x"
+
+
+def test_the_installer_script_names_what_it_installs(tmp_path: Path) -> None:
+    script = installer.nsis_script(tmp_path / "lea-agent", tmp_path / "setup.exe")
+    assert "Target amd64-unicode" in script and "RequestExecutionLevel user" in script
+    assert f'File /r "{tmp_path / "lea-agent"}\\*.*"' in script
+    assert "@" + "TASK" not in script and "$LOCALAPPDATA\\Programs\\Lea Agent" in script
+    assert "<ExecutionTimeLimit>PT0S</ExecutionTimeLimit>" in script
+    assert "SetCompress off" in installer.nsis_script(tmp_path, tmp_path / "s.exe", False)

@@ -943,6 +943,20 @@ def test_a_hello_does_not_resend_what_is_underway_to_the_agent() -> None:
     assert isinstance(d.reply, Ack) and d.reply.detail == {"resent": [], "kept": ["s1"]}
 
 
+def test_the_pause_notice_names_the_step_and_its_monitor() -> None:
+    h = H()
+    step = act("p", "pause_for_human", message="Appelez le médecin").model_copy(
+        update={"monitor_index": 1})
+    rid, _ = h.start(wf("s0", step))
+    h.report(rid, success=True)
+    (notice,) = notices(h.hello("m1"))
+    assert (notice.action_id, notice.monitor_index) == ("p", 1)
+    h2 = H()
+    h2.start(wf(act("q", "pause_for_human", message="Appelez le médecin")))
+    (other,) = notices(h2.hello("m1"))
+    assert (other.action_id, other.monitor_index) == ("q", None)
+
+
 def test_case_r_hello_while_paused_shows_the_pause_again_and_dispatches_nothing() -> None:
     h = H()
     rid, _ = h.start(wf(act("p", "pause_for_human", message="Appelez le médecin")))

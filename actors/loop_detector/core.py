@@ -249,8 +249,11 @@ class LoopDetectorCore:
             grid = rings.screen.tiles(frame)
             mask = None if site is None else box_mask(site.boxes, grid)
             window = step.site.window if step.site is not None and performed else None
+            # Typing or a key that brings the text back to a state seen (a character
+            # typed, then erased) is no progress (docs/screens-and-pauses.md).
             transition = rings.screen.push(
-                frame, mask, observation=waited, novel_only=step.action_type == "key_combo",
+                frame, mask, observation=waited,
+                novel_only=step.action_type in ("type", "key_combo"),
                 acted_in=None if window is None else box_mask((window,), grid))
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()

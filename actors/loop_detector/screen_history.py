@@ -16,8 +16,9 @@ analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to 
 seen; not across the edge of the window acted in, where another window cannot draw. A
 click's box or the row typed into is small, so a clock elsewhere never counts; one inside
 it counts until it has been seen ticking while steps acted elsewhere or during a wait.
-Typing or a key needs content no frame of the ring showed there: a blinking caret, or a
-character typed then erased, goes back to a state seen. In the window acted in, away from
+Typing, a key, or a click that moved the pointer needs content no frame of the ring showed
+there (``novel_only``, core.py): a blinking caret, a character typed then erased, a hover
+highlight going from button to button, go back to a state seen. In the window acted in, away from
 the site, ``window_min`` tiles of content no frame of the ring showed, on tiles that had not
 changed lately and away from the places seen changing by themselves, are what the action
 caused (a row added to a list below the button): progress, and no noise. A wait is

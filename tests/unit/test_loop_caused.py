@@ -1,7 +1,8 @@
 """What an action could have caused, and going back, on recorded frames
 (tests/data/loop_real/, journal_app.py): a row added to a list far below the button is
 progress, for ``screen_static`` and ``action_repeat`` alike; a character typed then erased
-again and again is not."""
+again and again is not, nor a hover highlight that goes from one button that does nothing
+to the next and back."""
 
 from __future__ import annotations
 
@@ -55,3 +56,22 @@ def test_typing_then_erasing_again_and_again_is_no_progress() -> None:
         # Erased, typed again, erased...: back to what the ring showed, up to the pause
         # (after it the runs start again).
         assert progress[2:first + 1] == [False] * (first - 1), (seq.name, progress)
+
+
+def test_hover_highlights_going_back_are_no_progress() -> None:
+    for seq in named("hover_toolbar"):
+        assert seq.stuck_from == 0
+        progress, first, signal = replay(seq)
+        # Actualiser, Imprimer, Aide, Actualiser...: the first round's highlights are new
+        # content at the point; from the second round on, each is one the ring showed.
+        assert progress[3:5] == [False, False], (seq.name, progress)
+        assert (first, signal) == (4, "screen_static"), (seq.name, progress)
+
+
+def test_a_check_box_clicked_at_the_same_point_keeps_its_changes() -> None:
+    # Ticked, unticked, ticked...: the same point, so no pointer trail; each change counts
+    # (the set labels it progress: the box's state changes at every step).
+    for seq in (s for s in SETS.values() if s.scenario == "check_toggle"):
+        progress, first, _ = replay(seq)
+        assert first is None and progress.count(True) >= len(progress) - 2, (seq.name,
+                                                                              progress)

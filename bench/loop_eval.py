@@ -190,10 +190,10 @@ def run_real(seqs: list[RealSequence], n: int) -> RealTally:
     return tally
 
 
-def report_real(tally: RealTally, n: int, decode_floor: float) -> None:
+def report_real(part: str, tally: RealTally, n: int, decode_floor: float) -> None:
     recall = tally.detected / tally.stuck if tally.stuck else float("nan")
-    print(f"\n== real applications (tests/data/loop_real): {tally.progress} progress + "
-          f"{tally.stuck} stuck sequences, agent JPEG 1280 wide")
+    print(f"\n== real applications (tests/data/loop_real), {part}: {tally.progress} "
+          f"progress + {tally.stuck} stuck sequences, agent JPEG 1280 wide")
     print(f"false pauses: {len(tally.false_pauses)} (progress sequences: {tally.progress})"
           "   target 0")
     for line in tally.false_pauses:
@@ -324,7 +324,13 @@ def main() -> int:
     logger.add(sys.stderr, level="WARNING")
     n = LoopConfig().screen_static_n
     real = load()
-    report_real(run_real(real, n), n, jpeg_decode_floor(real))
+    floor = jpeg_decode_floor(real)
+    tuning = [s for s in real if not s.held_out]
+    held = [s for s in real if s.held_out]
+    print(f"real set split by application (bench/loop_real/dataset.py): tuned on "
+          f"{sorted({s.noise for s in tuning})}, held out {sorted({s.noise for s in held})}")
+    report_real("tuning part", run_real(tuning, n), n, floor)
+    report_real("held-out part", run_real(held, n), n, floor)
     if args.real_only:
         return 0
     print("\n== drawn screens (bench/screens.py)")

@@ -39,7 +39,7 @@ from actors.loop_detector.clip import Vector, cosine
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.pixel import BadScreenshot, Frame
 from actors.loop_detector.screen_history import Judgement, ScreenHistory
-from actors.loop_detector.site import Box, Site, box_mask, site_of
+from actors.loop_detector.site import Box, Site, box_mask, point_of, site_of
 from messages import events
 from messages.loop import LOOP_DETECTED, LoopVerdict, ObserveStep
 
@@ -96,6 +96,7 @@ class _Rings:
     steps: deque[_Step]
     last: tuple[str, LoopVerdict] | None = None  # the last action observed, its verdict
     typed: Box | None = None  # where keyboard input last went
+    point: tuple[float, float] | None = None  # where the last input acted, if it had a point
     site: str = ""  # where the last step acted, for people
 
     def restart(self) -> None:
@@ -250,12 +251,13 @@ class LoopDetectorCore:
             mask = None if site is None else box_mask(site.boxes, grid)
             window = step.site.window if step.site is not None and performed else None
             transition = rings.screen.push(
-                frame, mask, observation=waited, novel_only=step.action_type == "key_combo",
+                frame, mask, observation=waited, novel_only=_going_back_is_none(step, rings),
                 acted_in=None if window is None else box_mask((window,), grid))
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)
         if performed:
+            rings.point = point_of(step)
             ident, label = signature(step)
             rings.steps.append(_Step(ident, label, transition))
         verdict = ((self._screen_static(rings) if frame is not None else None)
@@ -312,6 +314,25 @@ class LoopDetectorCore:
         return _verdict("retry_threshold", {
             "action_id": step.base_action_id, "retries": step.retry_count,
             "threshold": self.config.retry_threshold, "error": step.error or ""})
+
+
+MOVED: Final = 0.002
+"""A click this far (a fraction of the screen, ~4 px) from the last input's point moved the
+pointer."""
+
+
+def _going_back_is_none(step: ObserveStep, rings: _Rings) -> bool:
+    """Whether only content no frame of the ring showed counts where ``step`` acted
+    (docs/screens-and-pauses.md): typing or a key (a character typed, then erased, goes back
+    to a state seen), and a click that moved the pointer (a hover highlight that left one
+    control for another, then came back, is the pointer's trail, not progress). A click at
+    the same point keeps any change there: a check box ticked, then unticked."""
+    if step.action_type in ("type", "key_combo"):
+        return True
+    point, last = point_of(step), rings.point
+    if step.action_type not in ("click", "double_click", "right_click") or point is None:
+        return False
+    return last is not None and max(abs(point[0] - last[0]), abs(point[1] - last[1])) > MOVED
 
 
 def _verdict(signal: str, evidence: dict[str, Any]) -> LoopVerdict:

@@ -15,10 +15,15 @@ with the tiles around them (``ambient_reach``) and the 40-pixel blocks around th
 analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to those
 seen; not across the edge of the window acted in, where another window cannot draw. A
 click's box or the row typed into is small, so a clock elsewhere never counts; one inside
-it counts until it has been seen ticking while steps acted elsewhere or during a wait. A
-key pressed needs content no frame of the ring showed (a blinking caret goes back to a
-state seen). A wait is progress when ``wait_min`` tiles changed outside those places (a
-window or a message appeared).
+it counts until it has been seen ticking while steps acted elsewhere or during a wait.
+Typing, a key, or a click that moved the pointer needs content no frame of the ring showed
+there (``novel_only``, core.py): a blinking caret, a character typed then erased, a hover
+highlight going from button to button, go back to a state seen. In the window acted in, away from
+the site, ``window_min`` tiles of content no frame of the ring showed, on tiles that had not
+changed lately and away from the places seen changing by themselves, are what the action
+caused (a row added to a list below the button): progress, and no noise. A wait is
+progress when ``wait_min`` tiles changed outside those places (a window or a message
+appeared).
 
 Nowhere known (an older agent, a step without point or focus): the whole screen, where a
 change is progress when it lands on tiles that had not changed in the 16 transitions
@@ -31,8 +36,8 @@ seen (a dialog opened and closed over and over) is not; nor is another window's 
 renewing at two transitions in a row (``top``). A new area is no noise, and its tiles start
 afresh: typing into a dialog just opened is progress.
 
-The cost: a change in place of an earlier one with no site known (a "+" button's counter
-far from the point, a field retyped over its old text) is not progress; three such steps
+The cost: a change in place of an earlier one (a "+" button's counter far from the
+point, a field retyped over its old text) is not progress; three such steps
 look like a stuck screen. Noise seen for the first time at an action counts as progress
 (a replay's first steps beside ``top``, a caret's first blink): a pause can come a step
 late, never early.
@@ -87,6 +92,9 @@ class HistoryParams:
     wait_min: int = 16
     """During a wait, this many changed tiles outside the places that change by themselves
     are progress (a window or a message appeared)."""
+    window_min: int = 16
+    """After an input, this many tiles of new content in the window acted in, away from
+    where it acted, are progress (a row added to a list below the button)."""
 
 
 DEFAULT_HISTORY = HistoryParams()
@@ -230,12 +238,16 @@ class ScreenHistory:
         elif site is not None:
             here = changed & site
             if novel_only:
-                for older in list(self.frames)[:-1]:
-                    here &= tile_difference(older, frame, self.pixel) > level
+                here = self._novel(here, frame)
             at_site = int(np.count_nonzero(here))
             ignored = int(np.count_nonzero(here & noisy))
             progress = at_site > ignored
             ambient_now = changed & ~site
+            if acted_in is not None:
+                caused = self._caused(changed & acted_in & ~site & ~noisy, frame, window)
+                progress = progress or bool(caused.any())
+                # Its edge tiles changed with it (a row shares tiles with the row above).
+                ambient_now &= ~dilate(caused, 1)
         else:
             # Nowhere known: the whole screen, where a change is progress when it lands on
             # tiles that had not changed lately, outside blocks that keep changing.
@@ -253,10 +265,7 @@ class ScreenHistory:
             # (another program's display: top) is no new screen; a dialog opens once.
             candidates &= acted_in | ~self._zone(last)
         if int(np.count_nonzero(candidates)) >= big:
-            novel = candidates
-            for older in list(self.frames)[:-1]:
-                novel &= tile_difference(older, frame, self.pixel) > level
-            renewed = int(np.count_nonzero(novel)) >= big
+            renewed = int(np.count_nonzero(self._novel(candidates, frame))) >= big
             progress = progress or renewed
         # A uint16 shift drops the oldest bit: the register remembers 16 transitions.
         changes = ((self._changes << 1) | changed).astype(np.uint16)
@@ -278,6 +287,29 @@ class ScreenHistory:
         self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored,
                                            loose))
         return self._serial
+
+    def _novel(self, mask: Mask, frame: Frame) -> Mask:
+        """Of ``mask`` (tiles changed against the last frame), those whose content no
+        earlier frame of the ring showed either: going back to a state seen is no change."""
+        out = mask.copy()
+        for older in list(self.frames)[:-1]:
+            out &= tile_difference(older, frame, self.pixel) > self.pixel.level
+        return out
+
+    def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
+        """Of ``away`` (changed in the window acted in, away from the site, outside the
+        places seen changing by themselves), what the action may have caused: at least
+        ``window_min`` tiles that had not changed lately (a clock's digits, a caret, a
+        spinner change the same tiles again and again) to content no frame of the ring
+        showed (a toggle switched back, a hover highlight gone and back, is no change).
+        Empty if fewer."""
+        fresh = away & ((self._changes & window) == 0) if self._changes is not None else away
+        if int(np.count_nonzero(fresh)) < self.params.window_min:
+            return np.zeros_like(away)
+        novel = self._novel(fresh, frame)
+        if int(np.count_nonzero(novel)) < self.params.window_min:
+            return np.zeros_like(away)
+        return novel
 
     def _second_look(self, changed: Mask) -> None:
         """A wait right after a wait: what the one before saw appear is judged again.

@@ -52,11 +52,16 @@ def _around(x: float, y: float, half: tuple[float, float]) -> Box:
     return (x - half[0], y - half[1], 2 * half[0], 2 * half[1])
 
 
-def site_of(step: ObserveStep, last_typed: Box | None) -> Site | None:
-    """The site of a performed input; None if nothing tells where it acted."""
+def point_of(step: ObserveStep) -> tuple[float, float] | None:
+    """The point the agent acted at (``actual_position``), if it reported one."""
     pos = step.actual_position or {}
     x, y = pos.get("x_pct"), pos.get("y_pct")
-    point = None if x is None or y is None else (float(x), float(y))
+    return None if x is None or y is None else (float(x), float(y))
+
+
+def site_of(step: ObserveStep, last_typed: Box | None) -> Site | None:
+    """The site of a performed input; None if nothing tells where it acted."""
+    point = point_of(step)
     window = step.site.window if step.site is not None else None
     focus = step.site.focus if step.site is not None else None
     kind = step.action_type

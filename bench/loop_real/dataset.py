@@ -5,10 +5,18 @@ Each sequence folder holds ``NN-after.jpg`` (the agent's screenshot after step N
 target, parameters, ``actual_position``, ``site``) and whether the application's state
 changed; ``stuck_from`` is the first step after which it never changes again (None:
 progress to the end).
+
+The set is split once, by application, into a part the detector is tuned on and a part
+held out (never looked at while tuning): a sequence's *applications* are its noise, the
+programs running beside the one acted in (xclock, ``top``, xeyes...), which are what a
+detector tuned on one desktop must learn to ignore on another. A noise is held out when
+the first byte of its name's SHA-1 is divisible by 3 (``held_out``): fixed by the name
+alone, so a new noise falls in one part or the other without anyone choosing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +37,10 @@ class RealSequence:
     meta: list[dict[str, Any]]
     frames: list[bytes]
 
+    @property
+    def held_out(self) -> bool:
+        return held_out(self.noise)
+
     def steps(self, replay_id: str) -> Iterator[ObserveStep]:
         for i, (m, frame) in enumerate(zip(self.meta, self.frames, strict=True)):
             yield ObserveStep(
@@ -47,3 +59,8 @@ def load(folder: Path = DATA) -> list[RealSequence]:
         out.append(RealSequence(meta["name"], meta["noise"], meta["scenario"],
                                 meta["stuck_from"], meta["steps"], frames))
     return out
+
+
+def held_out(noise: str) -> bool:
+    """Whether the sequences recorded beside ``noise`` belong to the held-out part."""
+    return hashlib.sha1(noise.encode()).digest()[0] % 3 == 0

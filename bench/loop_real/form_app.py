@@ -18,6 +18,7 @@ import math
 import os
 import time
 import tkinter as tk
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,13 +124,20 @@ class Form:
         }
 
     def dump(self) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state()))
-        os.replace(tmp, self.state_file)
-        self.root.after(50, self.dump)
+        write_state(self.root, self.state_file, self.state, self.dump)
 
 
-def main() -> None:
+def write_state(root: tk.Tk, state_file: Path, state: Callable[[], dict[str, Any]],
+                again: Callable[[], None]) -> None:
+    """Write the application's state atomically, and again in 50 ms."""
+    tmp = state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state()))
+    os.replace(tmp, state_file)
+    root.after(50, again)
+
+
+def main(app: Callable[[tk.Tk, Path, set[str]], object] = Form) -> None:
+    """Run ``app`` from the command line (``STATE_FILE [--noise ...] [--x X --y Y]``)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("state_file", type=Path)
     parser.add_argument("--noise", default="")
@@ -138,7 +146,7 @@ def main() -> None:
     args = parser.parse_args()
     root = tk.Tk()
     root.geometry(f"+{args.x}+{args.y}")
-    Form(root, args.state_file, {n for n in args.noise.split(",") if n})
+    app(root, args.state_file, {n for n in args.noise.split(",") if n})
     root.mainloop()
 
 

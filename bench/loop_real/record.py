@@ -74,14 +74,19 @@ class Step:
     text: str = ""
     keys: str = ""
     delta: int = 0
+    widget: str = ""
+    """A control of the application, placed where it reports it (journal_app.py)."""
 
 
 @dataclass
 class Scenario:
     name: str
     steps: list[Step]
-    app: str = "form"  # form | xterm | xterm_noecho
+    app: str = "form"  # form | journal | xterm | xterm_noecho
     focus_first: tuple[int, int] | None = NAME_FIELD
+    back_is_stuck: bool = False
+    """A step that brings the state back to one the sequence already had changed nothing
+    (a character typed then erased)."""
 
 
 @dataclass
@@ -153,6 +158,29 @@ SCENARIOS = [
 ]
 
 
+def on(widget: str, text: str = "", kind: str = "click") -> Step:
+    return Step(kind, None, text=text, widget=widget)
+
+
+ADD, REFRESH, PRINT, HELP = "Ajouter une ligne", "Actualiser", "Imprimer", "Aide"
+
+JOURNAL_SCENARIOS = [
+    # progress shown away from the click: each press adds a row far below the toolbar
+    Scenario("add_rows", [on(ADD) for _ in range(7)], app="journal", focus_first=None,
+             back_is_stuck=True),
+    # stuck: a character typed, then erased, again and again
+    Scenario("type_erase", [on("note", "Re", "type")]
+             + [s for _ in range(3) for s in (on("note", "x", "type"),
+                                              Step("key", keys="BackSpace"))],
+             app="journal", focus_first=None, back_is_stuck=True),
+    # stuck: buttons that do nothing, the pointer moving between them (hover highlights)
+    Scenario("hover_toolbar", [on(b) for b in (REFRESH, PRINT, HELP) * 2 + (REFRESH,)],
+             app="journal", focus_first=None, back_is_stuck=True),
+]
+"""Recorded beside these noises: two in each part of the split (dataset.py)."""
+JOURNAL_NOISES = ("quiet", "top", "app_analog_spinner", "xeyes", "busy", "app_clock")
+
+
 class Desk:
     """One display with a noise's programs running."""
 
@@ -185,8 +213,8 @@ class App:
         self.state_file = tmp / f"{scenario.name}.json"
         self.state_file.unlink(missing_ok=True)
         env = desk.x.env()
-        if scenario.app == "form":
-            argv = [sys.executable, str(Path(__file__).with_name("form_app.py")),
+        if scenario.app in ("form", "journal"):
+            argv = [sys.executable, str(Path(__file__).with_name(f"{scenario.app}_app.py")),
                     str(self.state_file), "--noise", desk.noise.in_app,
                     "--x", str(FORM[0]), "--y", str(FORM[1])]
         else:
@@ -208,7 +236,7 @@ class App:
 
     def state(self) -> Any:
         time.sleep(0.15)
-        if self.scenario.app == "form":
+        if self.scenario.app in ("form", "journal"):
             for _ in range(20):
                 try:
                     data = json.loads(self.state_file.read_text())
@@ -217,6 +245,13 @@ class App:
                     time.sleep(0.05)
             raise RuntimeError("the form did not write its state")
         return self.state_file.stat().st_size
+
+    def place(self, step: Step) -> Step:
+        """``step`` with its control's point, read from the application's state."""
+        if not step.widget:
+            return step
+        x, y = self.state()["widgets"][step.widget]
+        return Step(step.kind, (int(x), int(y)), step.text, step.keys, step.delta)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -264,7 +299,9 @@ def record(desk: Desk, scenario: Scenario, out: Path, tmp: Path, rng: random.Ran
     steps: list[dict[str, Any]] = []
     try:
         state = app.state()
+        seen = [state]
         for i, step in enumerate(scenario.steps):
+            step = app.place(step)
             time.sleep(rng.uniform(0.05, 0.5))  # the turnaround between two steps
             before = desk.grab()
             site = None
@@ -280,9 +317,11 @@ def record(desk: Desk, scenario: Scenario, out: Path, tmp: Path, rng: random.Ran
             if step.point is not None:
                 fields["actual_position"] = dict(fields["target"])
             fields["site"] = None if site is None else site.model_dump(mode="json")
-            fields["state_changed"] = new_state != state
+            fields["state_changed"] = (new_state not in seen if scenario.back_is_stuck
+                                       else new_state != state)
             steps.append(fields)
             state = new_state
+            seen.append(new_state)
     finally:
         app.close()
     changed = [s["state_changed"] for s in steps]
@@ -310,9 +349,11 @@ def poll_after(desk: Desk, before: Any, step: Step) -> Any:
 
 
 def plan(noises: list[Noise]) -> list[tuple[Noise, list[Scenario]]]:
-    """Every scenario on four of the noises (every other one, shifted by the scenario)."""
+    """Every form scenario on four of the noises (every other one, shifted by the
+    scenario); every journal scenario on ``JOURNAL_NOISES``."""
     return [(noise, [s for s_index, s in enumerate(SCENARIOS)
-                     if (n_index - s_index) % len(noises) in (0, 2, 4, 6)])
+                     if (n_index - s_index) % len(noises) in (0, 2, 4, 6)]
+             + (JOURNAL_SCENARIOS if noise.name in JOURNAL_NOISES else []))
             for n_index, noise in enumerate(noises)]
 
 

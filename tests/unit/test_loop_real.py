@@ -3,8 +3,8 @@ from real programs under Xvfb by bench/loop_real/record.py), fed as the running 
 feeds it: the agent's JPEG, the action, the point clicked, the window and focus.
 
 Never a pause on a sequence whose application state changed to the end; the stuck ones
-paused, nearly all within N captures of the stuck behaviour starting (bench/loop_eval.py
-prints each one that is not, and why)."""
+paused, all but the known ones (``LATE``) within N captures of the stuck behaviour
+starting (bench/loop_eval.py prints each one that is not, and why)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def first_pauses() -> list[tuple[str, int | None, int | None, str]]:
     return out
 
 
+LATE = {"busy-key_noop"} | {f"{noise}-hover_toolbar" for noise in (
+    "quiet", "top", "app_analog_spinner", "xeyes", "busy", "app_clock")}
+"""Stuck sequences paused a capture after N, and why (README, "The loop detector"): a
+caret's first blink after a key; a hover highlight on a button the pointer had not yet
+visited, new content at the point, stuck from the first step. Any other is a regression."""
+
+
 def test_real_set_no_false_pause_and_stuck_found() -> None:
     results = first_pauses()
     assert len(results) >= 60
@@ -44,8 +51,8 @@ def test_real_set_no_false_pause_and_stuck_found() -> None:
     assert [r for r in progress if r[2] is not None] == []
     assert [r for r in stuck if r[2] is not None and r[2] < r[1]] == []  # never early
     assert [r for r in stuck if r[2] is None] == []  # every stuck one pauses
-    within = [r for r in stuck if r[2] is not None and r[2] - r[1] + 1 <= N]
-    assert len(within) / len(stuck) >= 0.95
+    late = {r[0] for r in stuck if r[2] is not None and r[2] - r[1] + 1 > N}
+    assert late <= LATE, late - LATE
     # The pause says which signal fired and what it saw.
     assert all(("screen_static" in r[3] and "changed_at_site=" in r[3])
                or "action_repeat" in r[3] for r in stuck)

@@ -52,9 +52,6 @@ OTHER_NAMES: frozenset[str] = frozenset({
     "LEA_DESKTOP_INPUT_PAUSE_S", "LEA_DESKTOP_TYPE_INTERVAL_S",
     "LEA_OCR_LANGS", "LEA_OCR_TESSDATA", "LEA_OCR_MIN_SCORE", "LEA_OCR_MARGIN",
     "LEA_PAUSE_WINDOW",
-    # The Windows agent's launcher (cli/bundle.py, lea-agent.cmd): its own variables, which
-    # the agent inherits.
-    "LEA_MACHINE_ID", "LEA_BROKER", "LEA_LINK",
 })
 
 OWN_PREFIXES = (

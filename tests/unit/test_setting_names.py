@@ -84,9 +84,9 @@ def test_every_known_name_is_read_somewhere() -> None:
 
 def test_the_scan_sees_every_kind_of_reader() -> None:
     found = names_in_source()
-    # a pydantic-settings field, a literal, a loop-detector table, the launcher's script
+    # a pydantic-settings field, a literal, a loop-detector table
     for name in ("LEA_CONSOLE_SESSION_LIFETIME_S", "LEA_DESKTOP_SCREENSHOT_QUALITY",
-                 "RPA_LOOP_RING_SIZE", "LEA_MONITOR_HEARTBEAT_POLL_S", "LEA_LINK"):
+                 "RPA_LOOP_RING_SIZE", "LEA_MONITOR_HEARTBEAT_POLL_S"):
         assert name in found, name
     assert "RPA_SAFETY_CHECKS_OLLAMA_URL" not in found  # read as OLLAMA_URL (an alias)
 

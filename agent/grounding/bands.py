@@ -43,3 +43,30 @@ def coloured_bands(image: Image.Image, cap: int = MAX_BANDS) -> list[Box]:
         found.append((left, upper, right - left, lower - upper))
     widest = sorted(found, key=lambda b: -b[2])[:cap]
     return sorted(widest, key=lambda b: b[1])
+
+
+STRIP_FLAT = 2.0
+"""A row of pixels is blank when its grey levels spread less than this (std)."""
+MAX_STRIPS = 8
+
+
+def strips(image: Image.Image, box: Box, cap: int = MAX_STRIPS) -> list[Box]:
+    """``box`` cut at its blank rows into strips of text (``PAD`` around each), at most
+    ``cap`` of the tallest: a dialog read as one block loses a row of buttons set right
+    under a paragraph, each row read apart does not (docs/grounding.md, "Behind a
+    dialog")."""
+    left, top, w, h = box
+    # Inside its edges: a dialog's border or rounded corners make every row uneven.
+    inner = min(PAD, w // 4)
+    grey = np.asarray(image.convert("L").crop((left + inner, top, left + w - inner, top + h)),
+                      dtype=np.float32)
+    inked = grey.std(axis=1) >= STRIP_FLAT
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], inked.astype(np.int8), [0]))))
+    found = []
+    for start, end in zip(edges[::2], edges[1::2], strict=True):
+        if end - start < 6:  # a rule or a border, not text
+            continue
+        upper, lower = max(0, int(start) - PAD), min(h, int(end) + PAD)
+        found.append((left, top + upper, w, lower - upper))
+    tallest = sorted(found, key=lambda b: -b[3])[:cap]
+    return sorted(tallest, key=lambda b: b[1])

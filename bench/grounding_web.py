@@ -54,6 +54,10 @@ def web_searches(screens: list[dict[str, Any]], data: Path,
             if behind and normalise(text) in front_controls:
                 continue  # the dialog's own control of that text is the target
             x, y, w, h = box
+            cx, cy, cw, ch = c["box"]
+            if not (0 <= x + w / 2 < W and 0 <= y + h / 2 < H
+                    and 0 <= cx + cw / 2 < W and 0 <= cy + ch / 2 < H):
+                continue  # cut by the screen's edge, here or where it was recorded
             at = {"x_pct": (x + w / 2) / W, "y_pct": (y + h / 2) / H}
             expected = None if behind else c["box"]
             twin = behind or front[normalise(text)] > 1

@@ -62,11 +62,17 @@ def strips(image: Image.Image, box: Box, cap: int = MAX_STRIPS) -> list[Box]:
                       dtype=np.float32)
     inked = grey.std(axis=1) >= STRIP_FLAT
     edges = np.flatnonzero(np.diff(np.concatenate(([0], inked.astype(np.int8), [0]))))
+    runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)
+            if b - a >= 6]  # shorter: a rule or a border, not text
     found = []
-    for start, end in zip(edges[::2], edges[1::2], strict=True):
-        if end - start < 6:  # a rule or a border, not text
-            continue
-        upper, lower = max(0, int(start) - PAD), min(h, int(end) + PAD)
+    for i, (start, end) in enumerate(runs):
+        # A row of bordered buttons needs room above and below (cut tight, Tesseract read
+        # nothing there), but none of the next row's ink: half the blank gap at most.
+        room_above = start - (runs[i - 1][1] if i else 0)
+        room_below = (runs[i + 1][0] if i + 1 < len(runs) else h) - end
+        pad = max(PAD, (end - start) // 2)
+        upper = max(0, start - min(pad, max(PAD, room_above // 2)))
+        lower = min(h, end + min(pad, max(PAD, room_below // 2)))
         found.append((left, top + upper, w, lower - upper))
     tallest = sorted(found, key=lambda b: -b[3])[:cap]
     return sorted(tallest, key=lambda b: b[1])

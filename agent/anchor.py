@@ -14,7 +14,11 @@ perfect match, insensitive to brightness and contrast changes), coarse to fine:
    and the true score.
 
 A match below ``min_score`` is no match: the caller reports ``target_not_found`` and does
-not click. Pure numpy + Pillow: no screen, testable on synthetic images.
+not click. A match is trusted only where it is unique: ``Match.second`` is the best score
+at another place (the coarse peaks refined at full resolution), and a place within
+``UNIQUE_MARGIN`` of the best one makes the match ``ambiguous`` (a table's rows look alike
+around their identical buttons, docs/grounding.md). Pure numpy + Pillow: no screen,
+testable on synthetic images.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ SCALE_STEP = 0.025
 FLAT_STD = 2.0
 """A grey-level standard deviation below this means the anchor has nothing to match on."""
 MAX_ANCHOR_PIXELS = 4_000_000
+UNIQUE_MARGIN = 0.1
+"""A second place scoring within this of the best makes the match ambiguous."""
 
 
 class AnchorError(ValueError):
@@ -71,6 +77,14 @@ class Match:
     w: int
     h: int
     elapsed_ms: float
+    second: float = -1.0
+    """The best score at another place (at least half the anchor away), -1: none."""
+
+    @property
+    def ambiguous(self) -> bool:
+        """Another place scores within ``UNIQUE_MARGIN`` of this one: the anchor alone
+        cannot say which."""
+        return self.found and self.second >= self.score - UNIQUE_MARGIN
 
 
 def decode_anchor(data: str) -> Image.Image:
@@ -279,6 +293,7 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
     coarse = _Coarse(np.asarray(_coarse(screen_l, factor)))
     full = np.asarray(screen_l)
     best: _Fine | None = None
+    fines: list[_Fine] = []
     for s in scales:
         w, h = round(aw * s), round(ah * s)
         if s <= 0 or w < 2 or h < 2 or w > screen_l.width or h > screen_l.height:
@@ -292,6 +307,8 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
         for _score, r, c in _peaks(coarse.ncc_all(t), PEAKS_PER_SCALE, max(1, min(tw, th) // 2)):
             fine = _refine(full, scaled, (r - shift) * factor, (c - shift) * factor,
                            factor + 2)
+            if fine is not None:
+                fines.append(fine)
             if fine is not None and (best is None or fine.score > best.score):
                 best = fine
         if best is not None and best.score >= EARLY_ACCEPT:
@@ -305,9 +322,12 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
     elapsed = round((time.perf_counter() - started) * 1000, 3)
     if best is None:
         return Match(False, 0.0, 0.0, 0.0, 1.0, 0, 0, aw, ah, elapsed)
+    others = [f.score for f in fines if abs(f.left - best.left) >= best.w / 2
+              or abs(f.top - best.top) >= best.h / 2]
     return Match(best.score >= min_score, best.left + (best.w - 1) / 2,
                  best.top + (best.h - 1) / 2, round(best.score, 4), round(best.scale, 4),
-                 best.left, best.top, best.w, best.h, elapsed)
+                 best.left, best.top, best.w, best.h, elapsed,
+                 round(max(others, default=-1.0), 4))
 
 
 @dataclass(frozen=True, slots=True)

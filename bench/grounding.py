@@ -40,10 +40,12 @@ from PIL import Image
 from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
-from agent.grounding.second_look import MAX_NEAR_MISSES
 from agent.grounding.tesseract import PSM, UPSCALE, TesseractReader
 from agent.grounding.text import normalise
 from bench.grounding_record import NOTES, H, W
+from bench.grounding_web import DATA as WEB_DATA
+from bench.grounding_web import web_searches
+from bench.web_pages import PAGES, PARTS
 from messages.workflow import TargetSpec
 from tests.fixtures.labelled_form import TEXTS
 
@@ -107,7 +109,7 @@ def program(screen: dict[str, Any]) -> str:
     return str(screen.get("program", "form"))
 
 
-Search = tuple[dict[str, Any], str, TargetSpec, list[int] | None, bool]
+Search = tuple[Any, ...]
 
 
 def searches(screens: list[dict[str, Any]], data: Path) -> list[Search]:
@@ -168,48 +170,24 @@ class KeptReadings:
             self.path.write_bytes(pickle.dumps(self.kept))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--verbose", action="store_true", help="print every miss")
-    parser.add_argument("--upscale", type=float, default=UPSCALE,
-                        help="the scale screens are read at (agent: UPSCALE)")
-    parser.add_argument("--tesseract", action="append", default=[], metavar="VAR=VALUE",
-                        help="a Tesseract variable set at load, over the agent's (to "
-                        "compare)")
-    parser.add_argument("--keep-readings", type=Path, metavar="FILE",
-                        help="keep every reading in FILE by its pixels and reuse them "
-                        "(to rerun the matcher fast; the times printed are then not a "
-                        "search's)")
-    parser.add_argument("--psm", default=PSM,
-                        help="Tesseract's page segmentation mode (agent: PSM)")
-    parser.add_argument("--program", choices=("form", "mousepad"),
-                        help="only this program's screens")
-    args = parser.parse_args(argv)
-    variables = dict(v.split("=", 1) for v in args.tesseract)
-    screens = [s for s in json.loads((args.data / "labels.json").read_text())["screens"]
-               if args.program in (None, program(s))]
-    load_before = os.getloadavg()[0]
-    # Every search reads its parts again: no reading kept from another search.
-    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables,
-                             psm=args.psm)
-    kept = KeptReadings(reader, args.keep_readings) if args.keep_readings else None
-    read_any = kept.read if kept is not None else reader.read
-    read_all = kept.read_many if kept is not None else reader.read_many
+Outcome = tuple[Any, ...]
+"""(search, found, time of the search in ms, time after the whole reading, second looks:
+how many parts, their time)."""
+
+
+def run(screens: list[dict[str, Any]], data: Path, found_searches: list[tuple[Any, ...]],
+        read_any: Any, read_all: Any) -> tuple[list[Outcome], dict[str, float]]:
+    """Every search of ``found_searches`` on its screen, the whole monitor read once per
+    screen (its time added to each search's)."""
     images, words, read_ms = {}, {}, {}
     for s in screens:
-        images[s["image"]] = image = Image.open(args.data / s["image"]).convert("RGB")
+        images[s["image"]] = image = Image.open(data / s["image"]).convert("RGB")
         start = time.perf_counter()
         words[s["image"]] = read_any(image)
         read_ms[s["image"]] = (time.perf_counter() - start) * 1000
-    floor = floor_ms()
-    tally: Counter[str] = Counter()
-    times, misses = [], []
-    second: list[tuple[int, float]] = []  # per search: parts read again, their time
-    rest: dict[str, list[float]] = {m: [] for m in (*MODES, "absent")}  # after the reading
-    for s, mode, spec, expected, may_refuse in searches(screens, args.data):
-        name = s["image"]
-        # The whole monitor was read once above; a second look at a part is read now.
+    out: list[Outcome] = []
+    for search in found_searches:
+        name = search[0]["image"]
         parts: list[float] = []
 
         def read(image: Image.Image, name: str = name, parts: list[float] = parts) -> Any:
@@ -230,76 +208,133 @@ def main(argv: list[str] | None = None) -> int:
                              * len(images))
 
         start = time.perf_counter()
-        found = resolve_point(spec, images[name], (0, 0), (0, 0, W, H), DEFAULT_SCALES,
+        found = resolve_point(search[2], images[name], (0, 0), (0, 0, W, H), DEFAULT_SCALES,
                               DEFAULT_MIN_SCORE, TextSettings(read, read_many=read_many))
-        rest[mode].append((time.perf_counter() - start) * 1000)
-        times.append(read_ms[name] + rest[mode][-1])
-        second.append((len(parts), sum(parts)))
-        tally[f"{mode}: searches"] += 1
-        tally[f"{mode}: expect"] += not may_refuse
-        what = f"{name} {mode} {spec.by_text!r}"
-        tally[f"{program(s)} {mode}: expect"] += not may_refuse
+        after = (time.perf_counter() - start) * 1000
+        out.append((search, found, read_ms[name] + after, after, len(parts), sum(parts),
+                    words[name]))
+    return out, read_ms
+
+
+def report(outcomes: list[Outcome], group: Any, verbose: bool) -> None:
+    """The figures of one set, by ``group(screen)`` (a program, a part)."""
+    tally: Counter[str] = Counter()
+    misses = []
+    modes = list(dict.fromkeys(o[0][1] for o in outcomes if o[0][1] != "absent"))
+    for (s, mode, spec, expected, may_refuse, *kind), found, _, _, _, _, words in outcomes:
+        g = group(s)
+        kind = kind[0] if kind else ("absent" if mode == "absent" else "control")
+        tally[f"{g} {mode}: expect"] += not may_refuse
+        what = f"{s['image']} {mode} {spec.by_text!r}" + (
+            f" near {spec.near_text!r}" if spec.near_text else "")
         if found.found:
             point = (found.x or 0, found.y or 0)
             if expected is not None and inside(expected, point):
-                tally[f"{mode}: {'twins right' if may_refuse else 'right'}"] += 1
-                tally[f"{program(s)} {mode}: right"] += not may_refuse
+                tally[f"{g} {mode}: {'twins right' if may_refuse else 'right'}"] += 1
             else:
-                tally["wrong-control clicks"] += 1
+                tally[f"{g} wrong-control clicks"] += 1
                 misses.append(f"WRONG {what} -> {point} ({found.detail})")
         elif not may_refuse:
-            there = " ".join(f"{w.text!r}{w.conf:.2f}" for w in words[name]
+            there = " ".join(f"{w.text!r}{w.conf:.2f}" for w in words
                              if expected is not None and inside(expected, (
                                  w.box[0] + w.box[2] / 2, w.box[1] + w.box[3] / 2)))
             misses.append(f"miss  {what} {expected}: {found.error} "
                           f"{(found.detail or '')[:200]} [read there: {there}]")
         else:
-            tally[f"{mode}: no click"] += 1
-            tally["ambiguous_target"] += found.error == "ambiguous_target"
-        tally["near-miss cap"] += "to read again), e.g." in (found.detail or "")
-    programs = sorted({program(s) for s in screens})
-    print(f"set: {len(screens)} screens {W}x{H}, {sum(len(s['controls']) for s in screens)} "
-          f"labelled controls of {'/'.join(programs)} (fr/en, 2 fonts, 100/125/150 %, "
-          "recorded and moved layouts); "
-          f"Tesseract {reader.version} {reader.langs} x{reader.upscale} psm {reader.psm} "
-          f"{reader.variables}, "
-          f"{reader.workers} "
-          f"worker(s) on {os.cpu_count()} cores")
-    # Searches where a click was expected (a twin without anchor may rightly not click).
-    expect = {m: tally[f"{m}: expect"] for m in MODES}
-    right = sum(tally[f"{m}: right"] for m in MODES)
-    total = sum(expect[m] for m in MODES)
-    print(f"found on the right control: {right}/{total} = {100 * right / max(total, 1):.1f} %"
-          " (" + ", ".join(f"{m} {tally[f'{m}: right']}/{expect[m]}" for m in MODES) + ")")
-    for p in programs:
-        got = sum(tally[f"{p} {m}: right"] for m in MODES)
-        of = sum(tally[f"{p} {m}: expect"] for m in MODES)
-        print(f"  {p}: {got}/{of} = {100 * got / max(of, 1):.1f} %")
-    print(f"wrong-control clicks: {tally['wrong-control clicks']}")
-    refused = sum(tally[f"{m}: no click"] for m in MODES)
-    print(f"ambiguous handled: text on screen twice, no click {refused} (ambiguous_target "
-          f"{tally['ambiguous_target']}), twins told apart by position "
-          f"{sum(tally[f'{m}: twins right'] for m in MODES)}; absent text, no click "
-          f"{tally['absent: no click']}/{tally['absent: searches']}")
-    print(f"time per search: p50 {statistics.median(times):.0f} ms, p90 "
-          f"{statistics.quantiles(times, n=10)[-1]:.0f} ms; floor (capture 1920x1080 + "
-          f"grey) p50 {floor:.1f} ms; load average {load_before:.1f} before, "
-          f"{os.getloadavg()[0]:.1f} after (the machine's other work slows both)")
-    counts = [n for n, _ in second]
-    print(f"second looks (parts read again) per search: p50 {statistics.median(counts):.0f},"
-          f" p90 {statistics.quantiles(counts, n=10)[-1]:.0f}, max {max(counts)}; their time "
-          f"p50 {statistics.median(t for _, t in second):.0f} ms, p90 "
-          f"{statistics.quantiles([t for _, t in second], n=10)[-1]:.0f} ms; the full-screen "
-          f"read p50 {statistics.median(read_ms.values()):.0f} ms; more near misses than "
-          f"the cap ({MAX_NEAR_MISSES}), no click: {tally['near-miss cap']}")
-    print("after the full-screen read (matching, anchor, readings closer, second looks): "
-          + ", ".join(f"{m} p50 {statistics.median(t):.0f} ms, p90 "
-                      f"{statistics.quantiles(t, n=10)[-1]:.0f} ms"
-                      for m, t in rest.items() if len(t) > 1))
+            tally[f"{g} {kind}: no click"] += 1
+            tally[f"{g} ambiguous_target"] += found.error == "ambiguous_target"
+        tally[f"{g} {kind}: searches"] += 1
+        tally[f"{g} near-miss cap"] += "to read again), e.g." in (found.detail or "")
+    groups = list(dict.fromkeys(group(o[0][0]) for o in outcomes))
+    for g in groups:
+        expect = {m: tally[f"{g} {m}: expect"] for m in modes}
+        right = sum(tally[f"{g} {m}: right"] for m in modes)
+        total = sum(expect.values())
+        mine = [o for o in outcomes if group(o[0][0]) == g]
+        times = [o[2] for o in mine]
+        print(f"  {g}: right control {right}/{total} = {100 * right / max(total, 1):.1f} % ("
+              + ", ".join(f"{m} {tally[f'{g} {m}: right']}/{expect[m]}" for m in modes)
+              + f"); wrong-control clicks {tally[f'{g} wrong-control clicks']}")
+        twins = sum(tally[f"{g} {m}: twins right"] for m in modes)
+        print(f"    no click where it may be right: {tally[f'{g} control: no click']} "
+              f"(ambiguous_target {tally[f'{g} ambiguous_target']}), twins told apart "
+              f"{twins}; behind a dialog, no click {tally[f'{g} behind: no click']}/"
+              f"{tally[f'{g} behind: searches']}; absent text, no click "
+              f"{tally[f'{g} absent: no click']}/{tally[f'{g} absent: searches']}; over "
+              f"the near-miss cap {tally[f'{g} near-miss cap']}")
+        counts = [o[4] for o in mine]
+        print(f"    time per search p50 {statistics.median(times):.0f} ms, p90 "
+              f"{statistics.quantiles(times, n=10)[-1]:.0f} ms; second looks p50 "
+              f"{statistics.median(counts):.0f}, p90 "
+              f"{statistics.quantiles(counts, n=10)[-1]:.0f}, max {max(counts)}, their time "
+              f"p50 {statistics.median(o[5] for o in mine):.0f} ms")
+    for line in misses if verbose else misses[:15]:
+        print("    " + line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--web-data", type=Path, default=WEB_DATA)
+    parser.add_argument("--set", choices=("desktop", "web", "both"), default="both",
+                        help="the Tk/mousepad set, the web set or both")
+    parser.add_argument("--part", choices=PARTS, help="only this part of the web set")
+    parser.add_argument("--page", choices=PAGES, help="only this page of the web set")
+    parser.add_argument("--verbose", action="store_true", help="print every miss")
+    parser.add_argument("--upscale", type=float, default=UPSCALE,
+                        help="the scale screens are read at (agent: UPSCALE)")
+    parser.add_argument("--tesseract", action="append", default=[], metavar="VAR=VALUE",
+                        help="a Tesseract variable set at load, over the agent's (to "
+                        "compare)")
+    parser.add_argument("--keep-readings", type=Path, metavar="FILE",
+                        help="keep every reading in FILE by its pixels and reuse them "
+                        "(to rerun the matcher fast; the times printed are then not a "
+                        "search's)")
+    parser.add_argument("--psm", default=PSM,
+                        help="Tesseract's page segmentation mode (agent: PSM)")
+    parser.add_argument("--program", choices=("form", "mousepad"),
+                        help="only this program's screens")
+    args = parser.parse_args(argv)
+    variables = dict(v.split("=", 1) for v in args.tesseract)
+    load_before = os.getloadavg()[0]
+    # Every search reads its parts again: no reading kept from another search.
+    reader = TesseractReader(upscale=args.upscale, keep=0, variables=variables,
+                             psm=args.psm)
+    kept = KeptReadings(reader, args.keep_readings) if args.keep_readings else None
+    read_any = kept.read if kept is not None else reader.read
+    read_all = kept.read_many if kept is not None else reader.read_many
+    print(f"Tesseract {reader.version} {reader.langs} x{reader.upscale} psm {reader.psm} "
+          f"{reader.variables}, {reader.workers} worker(s) on {os.cpu_count()} cores")
+    all_times: list[float] = []
+    if args.set in ("desktop", "both"):
+        screens = [s for s in json.loads((args.data / "labels.json").read_text())["screens"]
+                   if args.program in (None, program(s))]
+        outcomes, read_ms = run(screens, args.data, list(searches(screens, args.data)),
+                                read_any, read_all)
+        print(f"desktop set: {len(screens)} screens {W}x{H}, "
+              f"{sum(len(s['controls']) for s in screens)} labelled controls (fr/en, 2 "
+              "fonts, 100/125/150 %, recorded and moved layouts); full-screen read p50 "
+              f"{statistics.median(read_ms.values()):.0f} ms")
+        report(outcomes, program, args.verbose)
+        all_times += [o[2] for o in outcomes]
+    if args.set in ("web", "both"):
+        screens = [s for s in json.loads((args.web_data / "labels.json").read_text())[
+            "screens"] if args.part in (None, s["part"]) and args.page in (None, s["page"])]
+        outcomes, read_ms = run(screens, args.web_data,
+                                web_searches(screens, args.web_data, anchor_of),
+                                read_any, read_all)
+        print(f"web set: {len(screens)} screens {W}x{H} of Chromium (6 pages, 100/125/150 "
+              f"%, page alone and in a window, recorded and moved layouts), "
+              f"{sum(len(s['controls']) for s in screens)} labelled controls; full-screen "
+              f"read p50 {statistics.median(read_ms.values()):.0f} ms")
+        report(outcomes, lambda s: f"web {s['part']}", args.verbose)
+        all_times += [o[2] for o in outcomes]
+    floor = floor_ms()
+    print(f"floor (capture 1920x1080 + grey) p50 {floor:.1f} ms; load average "
+          f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after (the machine's other "
+          "work slows both)")
     if kept is not None:
         kept.save()
-    for line in misses if args.verbose else misses[:15]:
-        print("  " + line)
     return 0
 
 

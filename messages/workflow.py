@@ -48,6 +48,9 @@ class TargetSpec(_Strict):
     """How the agent finds what to act on."""
 
     by_text: str | None = None
+    near_text: str | None = None
+    """With ``by_text``: the text on the same row, or the heading above, that says which
+    of several identical controls (docs/grounding.md, "Which row")."""
     vlm_description: str | None = None
     anchor_image_base64: str | None = None
     resolve_order: list[str] = Field(default_factory=list)
@@ -55,6 +58,13 @@ class TargetSpec(_Strict):
     uia_target: dict[str, Any] | None = None
     x_pct: float | None = Field(None, ge=0.0, le=1.0)
     y_pct: float | None = Field(None, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _near_text_needs_by_text(self) -> TargetSpec:
+        if self.near_text is not None and not (self.by_text and self.near_text.strip()):
+            raise ValueError("target_spec.near_text says which of several controls read "
+                             "by_text: it needs a by_text, and a text of its own")
+        return self
 
 
 def locates(spec: TargetSpec | None) -> bool:

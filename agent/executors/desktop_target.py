@@ -41,7 +41,13 @@ from dataclasses import dataclass, replace
 from PIL import Image
 
 from agent.anchor import AnchorError, decode_anchor, find_anchor
-from agent.executors.desktop_text import OCR, Resolved, TextSettings, by_text
+from agent.executors.desktop_text import (
+    OCR,
+    Resolved,
+    TextSettings,
+    ambiguous_anchor,
+    by_text,
+)
 from agent.screen.capture import Rect
 from messages.monitor import MAX_MONITORS, Monitor, MonitorResolution
 from messages.workflow import INPUT_TYPES, Action, TargetSpec
@@ -177,6 +183,9 @@ def resolve_point(spec: TargetSpec | None, shot_image: Image.Image, shot_origin:
             except AnchorError as exc:
                 return Resolved(None, None, "template_match", None, None,
                                 "invalid_target_spec", str(exc))
+            if match.ambiguous:  # a table's identical rows: the anchor cannot say which
+                return Resolved(None, None, "template_match", match.score, match.elapsed_ms,
+                                "ambiguous_target", ambiguous_anchor(match))
             if match.found:
                 return Resolved(shot_origin[0] + round(match.x), shot_origin[1] + round(match.y),
                                 "template_match", match.score, match.elapsed_ms)

@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 
 from PIL import Image, ImageOps, ImageStat
 
-from agent.anchor import AnchorError, decode_anchor, find_anchor
-from agent.grounding.bands import coloured_bands
+from agent.anchor import AnchorError, Match, decode_anchor, find_anchor
+from agent.grounding.bands import coloured_bands, strips
+from agent.grounding.dimmed import Dimmed
+from agent.grounding.near import by_row, on_row
 from agent.grounding.second_look import (
     FLAT_MIDDLE,
     MAX_NEAR_MISSES,
@@ -37,11 +39,14 @@ from agent.grounding.text import (
     DEFAULT_MARGIN,
     DEFAULT_MIN_SCORE,
     Box,
+    Candidate,
+    Decision,
     Word,
     candidates,
     decide,
     item_by_place,
     read_closer,
+    seen,
     with_closer_reading,
 )
 from agent.screen.capture import Rect
@@ -104,41 +109,53 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         words = text.read(image)
     except Exception as exc:  # an engine failure is a failed search, never a crash
         return _ocr_failed(exc, ms())
+    # What a modal dialog's backdrop dims is never a target, a rival nor a near miss
+    # (docs/grounding.md, "Behind a dialog").
+    dim = Dimmed(image)
+    hidden, words = dim.behind(words), dim.front(words)
     whole = words  # the whole monitor's reading, before any part is read again
     notes: list[str] = []  # what else the report says (an anchor set aside)
     found = candidates(words, label)
     decision = decide(found, label, text.min_score, text.margin, recorded)
-    if decision.error == "target_not_found":
-        # Nearly read somewhere: that phrase read again alone, closer, as it is and
-        # inverted (light on dark); the rest of the monitor's reading stands, so a copy
-        # elsewhere is still a rival (docs/grounding.md, "Read closer").
+    if decision.error == "target_not_found" or _imperfect(decision):
+        # Nearly read somewhere (or read imperfectly, "Patient" for "Patients": the label
+        # itself may be unread on a dark menu): that phrase read again alone, closer, as
+        # it is and inverted (light on dark); the rest of the monitor's reading stands, so
+        # a copy elsewhere is still a rival (docs/grounding.md, "Read closer").
         try:
             closer = [(c.crop, c.scale) for c in read_closer(words, found, text.min_score,
                                                             image.size)]
             for (crop, _), closer_words in zip(closer, _closer_words(text, image, closer,
                                                                      label), strict=True):
-                words = with_closer_reading(words, crop, closer_words)
+                words = with_closer_reading(words, crop, dim.front(closer_words))
+                hidden += dim.behind(closer_words)
             found = candidates(words, label)
             decision = decide(found, label, text.min_score, text.margin, recorded)
-            if decision.error == "target_not_found":
+            if decision.error == "target_not_found" or _imperfect(decision):
                 # Light text on a coloured band (a warning banner) may not have been read
-                # at all: each band is read apart (docs/grounding.md, "Coloured bands").
-                bands = [(band, CLOSER_SCALE) for band in coloured_bands(image)]
+                # at all, nor a modal dialog's buttons beside the dimmed page: each band
+                # and dialog is read apart (docs/grounding.md, "Coloured bands").
+                parts = [s for d in dim.dialogs() for s in strips(image, d)]
+                bands = [(band, CLOSER_SCALE) for band in [*parts, *coloured_bands(image)]]
                 for (band, _), band_words in zip(bands, _closer_words(text, image, bands,
                                                                       label), strict=True):
-                    words = with_closer_reading(words, band, band_words)
+                    words = with_closer_reading(words, band, dim.front(band_words))
+                    hidden += dim.behind(band_words)
                 found = candidates(words, label)
                 decision = decide(found, label, text.min_score, text.margin, recorded)
         except Exception as exc:
             return _ocr_failed(exc, ms())
-    if decision.error == "target_not_found" and (recorded or spec.anchor_image_base64):
+    if spec.near_text:
+        # The row says which of several alike (docs/grounding.md, "Which row").
+        decision = by_row(found, words, label, spec.near_text, text.min_score, text.margin)
+    elif decision.error == "target_not_found" and (recorded or spec.anchor_image_base64):
         # One item of a row of items (a menu bar), where the recording points at it
         # (docs/grounding.md, "Items of a menu bar").
         anchor_box = None
         if spec.anchor_image_base64:
             try:
                 anchor_box = _anchor_match(spec.anchor_image_base64, image, scales,
-                                           anchor_min_score)
+                                           anchor_min_score, notes, dim)
             except AnchorError as exc:
                 return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
         place = recorded if anchor_box is None else None
@@ -156,7 +173,7 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         # not a candidate, but the anchor may still find it (docs/grounding.md).
         try:
             anchor_box = _anchor_match(spec.anchor_image_base64, image, scales,
-                                       anchor_min_score)
+                                       anchor_min_score, notes, dim)
         except AnchorError as exc:
             return Resolved(None, None, OCR, None, ms(), "invalid_target_spec", str(exc))
         if anchor_box is not None:
@@ -185,13 +202,17 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
                    and c is not chosen] if decision.tie_broken_by == "anchor" else []
         again = look_again_boxes(chosen, recorded, image.size)
         misses = near_misses(words, found, chosen, label, text.min_score, image.size)
+        if spec.near_text:  # the row chose: only a copy misread on that row is a rival
+            again = []
+            misses = [m for m in misses if on_row(chosen, Candidate(m.read_as, 0, 0, m.spot))]
         too_many = too_many_near_misses(chosen, misses, label, text.max_near_misses)
         if too_many is not None:  # no click whatever a second look would read
             decision, again, misses = too_many, [], []
         # All read at once (two Tesseracts take turns), then judged in order: the same
         # decision as reading one by one and stopping at the first twin.
         try:
-            readings = _read_parts(text, image, [*again, *((m.crop, m.scale) for m in misses)])
+            readings = [dim.front(r) for r in _read_parts(
+                text, image, [*again, *((m.crop, m.scale) for m in misses)])]
         except Exception as exc:
             return _ocr_failed(exc, ms())
         for near in readings[:len(again)]:
@@ -209,6 +230,11 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
                     break
     best = decision.chosen or (decision.candidates[0] if decision.candidates else None)
     score = None if best is None else best.score
+    if decision.chosen is None and decision.error == "target_not_found":
+        behind = [c for c in candidates(hidden, label) if c.score >= text.min_score]
+        if behind:
+            notes.insert(0, f"{label!r} is read only behind a dialog (a dimmed region, "
+                            f"not clickable): {seen(behind)}")
     if decision.chosen is None:
         return Resolved(None, None, OCR, score, ms(), decision.error,
                         "; ".join(filter(None, [decision.detail, *notes])) or None)
@@ -219,6 +245,11 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         detail += f"; the {decision.tie_broken_by} chose among the places read alike"
     return Resolved(origin[0] + round(cx), origin[1] + round(cy), OCR, score, ms(),
                     detail=detail, box=(origin[0] + left, origin[1] + top, w, h))
+
+
+def _imperfect(decision: Decision) -> bool:
+    """A choice read less than perfectly: the label itself may stand unread elsewhere."""
+    return decision.chosen is not None and decision.chosen.score < 1.0
 
 
 def _ocr_failed(exc: Exception, elapsed_ms: float) -> Resolved:
@@ -280,11 +311,27 @@ def _in_image(words: Sequence[Word], box: Rect, scale: float) -> list[Word]:
 
 
 def _anchor_match(anchor_image_base64: str, image: Image.Image, scales: Sequence[float],
-                  min_score: float) -> Box | None:
-    """Where the anchor image matches on ``image``, or None; raises AnchorError for an
-    anchor that cannot be matched at all."""
+                  min_score: float, notes: list[str], dim: Dimmed) -> Box | None:
+    """Where the anchor image matches on ``image``, or None: no match, or a match that is
+    not unique or behind a dialog (said in ``notes``: the anchor then chooses nothing,
+    docs/grounding.md);
+    raises AnchorError for an anchor that cannot be matched at all."""
     match = find_anchor(image, decode_anchor(anchor_image_base64), scales, min_score)
-    return (match.left, match.top, match.w, match.h) if match.found else None
+    if match.ambiguous:
+        notes.append(ambiguous_anchor(match))
+        return None
+    box = (match.left, match.top, match.w, match.h)
+    if match.found and dim.covers(box):  # its matching ignores brightness
+        notes.append(f"the anchor image matches behind a dialog at ({match.left},"
+                     f"{match.top},{match.w}x{match.h}): not clickable")
+        return None
+    return box if match.found else None
+
+
+def ambiguous_anchor(match: Match) -> str:
+    """What a report says of an anchor image that matches more than one place alike."""
+    return (f"the anchor image matches {match.score:.2f} at ({match.left},{match.top},"
+            f"{match.w}x{match.h}) and {match.second:.2f} elsewhere: not one place")
 
 
 def _anchor_look_alike(text: TextSettings, image: Image.Image, anchor: Box,

@@ -43,3 +43,36 @@ def coloured_bands(image: Image.Image, cap: int = MAX_BANDS) -> list[Box]:
         found.append((left, upper, right - left, lower - upper))
     widest = sorted(found, key=lambda b: -b[2])[:cap]
     return sorted(widest, key=lambda b: b[1])
+
+
+STRIP_FLAT = 2.0
+"""A row of pixels is blank when its grey levels spread less than this (std)."""
+MAX_STRIPS = 8
+
+
+def strips(image: Image.Image, box: Box, cap: int = MAX_STRIPS) -> list[Box]:
+    """``box`` cut at its blank rows into strips of text (``PAD`` around each), at most
+    ``cap`` of the tallest: a dialog read as one block loses a row of buttons set right
+    under a paragraph, each row read apart does not (docs/grounding.md, "Behind a
+    dialog")."""
+    left, top, w, h = box
+    # Inside its edges: a dialog's border or rounded corners make every row uneven.
+    inner = min(PAD, w // 4)
+    grey = np.asarray(image.convert("L").crop((left + inner, top, left + w - inner, top + h)),
+                      dtype=np.float32)
+    inked = grey.std(axis=1) >= STRIP_FLAT
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], inked.astype(np.int8), [0]))))
+    runs = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)
+            if b - a >= 6]  # shorter: a rule or a border, not text
+    found = []
+    for i, (start, end) in enumerate(runs):
+        # A row of bordered buttons needs room above and below (cut tight, Tesseract read
+        # nothing there), but none of the next row's ink: half the blank gap at most.
+        room_above = start - (runs[i - 1][1] if i else 0)
+        room_below = (runs[i + 1][0] if i + 1 < len(runs) else h) - end
+        pad = max(PAD, (end - start) // 2)
+        upper = max(0, start - min(pad, max(PAD, room_above // 2)))
+        lower = min(h, end + min(pad, max(PAD, room_below // 2)))
+        found.append((left, top + upper, w, lower - upper))
+    tallest = sorted(found, key=lambda b: -b[3])[:cap]
+    return sorted(tallest, key=lambda b: b[1])

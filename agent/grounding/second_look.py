@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.grounding.text import (
+    ITEM_GAP,
     NEAR,
     SEEN,
     Box,
@@ -26,6 +27,7 @@ from agent.grounding.text import (
     Word,
     candidates,
     contains,
+    normalise,
     overlap,
     phrases,
     seen,
@@ -119,8 +121,10 @@ def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candi
     spots: list[tuple[Box, str]] = [(c.box, c.text) for c in found
                                     if NEAR_MISS_SIMILAR <= c.score < min_score]
     by_line = phrases(words)
+    target = len(_compact(label))
     for phrase in by_line:
-        spots.extend((w.box, w.text) for w in phrase if w.conf < NEAR_MISS_CONF)
+        spots.extend((w.box, w.text) for i, w in enumerate(phrase)
+                     if w.conf < NEAR_MISS_CONF and could_be_label(phrase, i, target, min_score))
     out: list[NearMiss] = []
     for spot, text in spots:
         x, y, ww, wh = spot
@@ -143,6 +147,28 @@ def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candi
             out.append(NearMiss(spot, text, (crop_left, crop_top, crop_right - crop_left,
                                              crop_bottom - crop_top), NEAR_MISS_CROP[2]))
     return out
+
+
+def _compact(text: str) -> str:
+    return normalise(text).replace(" ", "")
+
+
+def could_be_label(phrase: Sequence[Word], i: int, target: int, min_score: float) -> bool:
+    """Whether the unsure word ``phrase[i]``, were it the label (``target`` letters), could
+    be a copy of it: it stands apart from its neighbours like an item (``ITEM_GAP``), or
+    the label would cover enough of its phrase to score ``min_score``. An unsure word in
+    the middle of a sentence is neither: read right, it would not be a rival (rule 3 of
+    docs/grounding.md), so a dense page's many unsure words are not all read again."""
+    word = phrase[i]
+    h = word.box[3]
+    before = phrase[i - 1] if i > 0 else None
+    after = phrase[i + 1] if i + 1 < len(phrase) else None
+    apart = (before is None or word.box[0] - (before.box[0] + before.box[2]) >= ITEM_GAP * h) \
+        and (after is None or after.box[0] - (word.box[0] + word.box[2]) >= ITEM_GAP * h)
+    if apart:
+        return True
+    total = sum(len(_compact(w.text)) for w in phrase) - len(_compact(word.text)) + target
+    return target >= min_score * total
 
 
 def too_many_near_misses(chosen: Candidate, misses: Sequence[NearMiss], label: str,

@@ -225,7 +225,7 @@ def _candidate(chosen: Sequence[Word], score: float) -> Candidate:
                      round(min(w.conf for w in chosen), 4), union(chosen))
 
 
-def _runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
+def runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
     """Every run of words of a row (:func:`rows`) whose text alone is at least ``floor``
     like the label, wherever it stands in its row: all of them, not the best per row,
     so that two copies on one row are two places."""
@@ -385,12 +385,13 @@ def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: f
     best = max(loose, key=lambda c: c.score)
     # A run that takes in the chosen words ("ici Édition" for a misread "Fichier
     # Édition") is the same place, not a second one.
-    runs = [c for reading in (words, also) for c in _runs(reading, label, min_score - margin)
-            if not overlap(best.box, c.box)]
-    if runs:
-        return Decision(None, (best, *runs), error="ambiguous_target",
+    elsewhere = [c for reading in (words, also)
+                 for c in runs(reading, label, min_score - margin)
+                 if not overlap(best.box, c.box)]
+    if elsewhere:
+        return Decision(None, (best, *elsewhere), error="ambiguous_target",
                         detail=f"{label!r} reads as an item at {best.describe()}, and also "
-                               "as words elsewhere: " + seen(runs))
+                               "as words elsewhere: " + seen(elsewhere))
     if anchor is not None:
         centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
         at = contains(best.box, centre, max(anchor[2], anchor[3]) / 4)

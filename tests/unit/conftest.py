@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,3 +17,16 @@ def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Reopen:
     if request.param == "sqlite":
         return Reopen(str(tmp_path / "d.sqlite3"))
     return Reopen(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(scope="module")
+def read() -> Iterator[Any]:
+    """The agent's Tesseract reader (agent/grounding/tesseract.py), loaded once a module."""
+    pytest.importorskip("tesserocr")
+    from agent.grounding.tesseract import TesseractReader
+
+    reader = TesseractReader()
+    try:
+        yield reader.read
+    finally:
+        reader.close()

@@ -1,0 +1,58 @@
+"""Which of several identical controls: the one on the row of another text.
+
+A table has a "Détail" on every row; a person says which: the "Détail" on the row that
+reads "Hémoglobine". ``target_spec.near_text`` names that text; the control chosen is
+the one place read like the label whose row (a band as high as the taller of the two,
+across the screen) holds a place read like ``near_text``, and it must be the only one
+(docs/grounding.md, "Which row"). Pure: candidates and words in, a decision out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.grounding.text import Candidate, Decision, Word, runs, seen
+
+ROW_BAND = 0.5
+"""Two places are on one row when their middles are within this share of the taller's
+height (a button's text and its row's cells share a middle line)."""
+
+
+def on_row(a: Candidate, b: Candidate) -> bool:
+    return abs(a.centre[1] - b.centre[1]) <= ROW_BAND * max(a.box[3], b.box[3])
+
+
+def by_row(found: Sequence[Candidate], words: Sequence[Word], label: str, near: str,
+           min_score: float, margin: float) -> Decision:
+    """The one place read like ``label`` on the row of a place read like ``near``; else
+    ``target_not_found`` (none on such a row, or ``near`` not read) or
+    ``ambiguous_target`` (more than one)."""
+    ranked = tuple(sorted(found, key=lambda c: -c.score))
+    contenders = [c for c in ranked if c.score >= min_score]
+    if not contenders:
+        return Decision(None, ranked, error="target_not_found",
+                        detail=f"no text like {label!r} (score >= {min_score}); "
+                               + seen(ranked))
+    marks = [m for m in runs(words, near, min_score)
+             if not any(m.box == c.box for c in contenders)]
+    if not marks:
+        return Decision(None, ranked, error="target_not_found",
+                        detail=f"{label!r} is read, but no text like {near!r}, whose row "
+                               "says which")
+    # Every place read like the label, down to the margin, may be the one on that row.
+    close = [c for c in ranked if c.score >= contenders[0].score - margin]
+    pairs = [(c, m) for c in close for m in marks if on_row(c, m)]
+    chosen = list(dict.fromkeys(c for c, _ in pairs))
+    if not chosen:
+        return Decision(None, ranked, error="target_not_found",
+                        detail=f"no {label!r} on the row of {near!r}: {label!r} "
+                               f"{seen(contenders)}; {near!r} {seen(marks)}")
+    if len(chosen) > 1 or len({m.box for _, m in pairs}) > 1:
+        return Decision(None, ranked, error="ambiguous_target",
+                        detail=f"{len(chosen)} places read like {label!r} on rows of "
+                               f"{near!r}: {seen(chosen)}; {near!r} {seen(marks)}")
+    if chosen[0].score < min_score:
+        return Decision(None, ranked, error="ambiguous_target",
+                        detail=f"on the row of {near!r}, {chosen[0].describe()}: too unlike "
+                               f"{label!r}")
+    return Decision(chosen[0], ranked, tie_broken_by=f"row of {near!r}")

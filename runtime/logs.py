@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,8 @@ LOG_FILE_BYTES = 5 * 1024 * 1024
 LOG_FILE_KEPT = 5
 """A log file is rotated at 5 MB and five rotated files are kept: at most 30 MB a
 workstation, weeks of an agent's records (docs/operations.md)."""
+MIN_FREE_BYTES = 1024 * 1024
+"""Below this on its disk the log file is not opened: the process logs to stderr only."""
 
 
 def _file_format(record: Any) -> str:
@@ -39,6 +43,9 @@ def setup_logging(name: str, level: str = "INFO", log_file: Path | None = None) 
         return
     try:
         log_file.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(log_file.parent).free
+        if free < MIN_FREE_BYTES:  # every write would fail, each with loguru's traceback
+            raise OSError(errno.ENOSPC, f"{free} bytes free on its disk")
         logger.add(log_file, level=level, format=_file_format, rotation=LOG_FILE_BYTES,
                    retention=LOG_FILE_KEPT, encoding="utf-8", delay=False)
     except OSError as exc:

@@ -22,6 +22,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -104,19 +105,27 @@ def _xrandr(display: str, *args: str) -> None:
         raise XDisplayError(f"xrandr {' '.join(args)} failed: {done.stderr.decode()[:500]}")
 
 
-def _wait_for_window_manager(display: str, wm: subprocess.Popen[bytes]) -> None:
-    from Xlib import display as xdisplay
+_WM_CHECK = """
+import sys, time
+from Xlib import display
+conn = display.Display(sys.argv[1])
+root, atom = conn.screen().root, conn.intern_atom("_NET_SUPPORTING_WM_CHECK")
+deadline = time.monotonic() + float(sys.argv[2])
+while root.get_full_property(atom, 0) is None:
+    if time.monotonic() > deadline:
+        sys.exit(1)
+    time.sleep(0.02)
+"""
 
-    conn = xdisplay.Display(display)
-    try:
-        root, atom = conn.screen().root, conn.intern_atom("_NET_SUPPORTING_WM_CHECK")
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while root.get_full_property(atom, 0) is None:
-            if wm.poll() is not None or time.monotonic() > deadline:
-                raise XDisplayError(f"openbox did not start (exit {wm.poll()})")
-            time.sleep(0.02)
-    finally:
-        conn.close()
+
+def _wait_for_window_manager(display: str, wm: subprocess.Popen[bytes]) -> None:
+    # In a child process: python-xlib keeps per-class extension state, and a connection to
+    # a server without RandR (randr=False) breaks every later connection of this process.
+    done = subprocess.run([sys.executable, "-c", _WM_CHECK, display, str(READY_TIMEOUT_S)],
+                          capture_output=True, timeout=READY_TIMEOUT_S + 30, check=False)
+    if done.returncode != 0 or wm.poll() is not None:
+        raise XDisplayError(f"openbox did not start (exit {wm.poll()}): "
+                            f"{done.stderr.decode(errors='replace')[-500:]}")
 
 
 def start_x_server(argv: list[str]) -> tuple[str, subprocess.Popen[bytes]]:

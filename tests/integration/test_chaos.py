@@ -293,7 +293,7 @@ def check_end_state(chaos: Chaos, seed: int) -> str:
             f"{sorted(round(d) for d in durations)}")
 
 
-@pytest.mark.long  # CI's time: every kill -9 and SIGSTOP case has its own test
+# In the default run: the reliability series belongs there; the long one repeats it bigger.
 def test_chaos_short(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
     run_chaos(spawn, lea_env, tmp_path, sessions=4, actions=20, chaos_s=20,
               action_delay_s=1.0, settle_s=60)

@@ -298,15 +298,12 @@ def covers(win_desk: WinDesk, executor: WinExecutor) -> Iterator[dict[int, WinTa
         t.close()
 
 
-COLOURS = {1: (0xF0, 0xE0, 0xC0), 0: (0xC0, 0xE0, 0xF0)}
-
-
-def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
-                                                     covers: dict[int, WinTarget]) -> None:
-    """No monitor_resolution (the router had no heartbeat): the agent finds monitor_index
-    among its own monitors, negative origin included."""
+def clicks_on_each_monitor(executor: WinExecutor, covers: dict[int, WinTarget],
+                           last: tuple[float, float]) -> None:
+    """Click by ``monitor_index`` (no monitor_resolution: the router had no heartbeat) on the
+    left monitor, the primary, the left one again at ``last``; each within 2 px."""
     for idx, rect, (fx, fy) in ((1, LEFT, (0.25, 0.5)), (0, PRIMARY, (0.75, 0.25)),
-                                (1, LEFT, (0.9, 0.1))):
+                                (1, LEFT, last)):
         x, y = rect[0] + int(fx * rect[2]), rect[1] + int(fy * rect[3])
         before = len(covers[idx].events("click"))
         outcome = executor.run(None, type="click", monitor_index=idx,
@@ -317,6 +314,16 @@ def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
                          len(covers[idx].events("click")) > before and
                          covers[idx].events("click"))[-1]
         assert near(got, x, y), (idx, got, (x, y))
+
+
+COLOURS = {1: (0xF0, 0xE0, 0xC0), 0: (0xC0, 0xE0, 0xF0)}
+
+
+def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
+                                                     covers: dict[int, WinTarget]) -> None:
+    """No monitor_resolution (the router had no heartbeat): the agent finds monitor_index
+    among its own monitors, negative origin included."""
+    clicks_on_each_monitor(executor, covers, (0.9, 0.1))
     assert len(covers[0].events("click")) == 1 and len(covers[1].events("click")) == 2
 
 
@@ -375,17 +382,7 @@ def test_clicks_land_at_high_dpi(win_desk: WinDesk, at_dpi: int) -> None:
     # Both monitors, the left one at x = -1280, each covered by a window.
     made = cover_monitors(win_desk)
     try:
-        for idx, rect, (fx, fy) in ((1, LEFT, (0.25, 0.5)), (0, PRIMARY, (0.75, 0.25)),
-                                    (1, LEFT, (0.9, 0.9))):
-            x, y = rect[0] + int(fx * rect[2]), rect[1] + int(fy * rect[3])
-            before = len(made[idx].events("click"))
-            outcome = executor.run(None, type="click", monitor_index=idx,
-                                   target_spec={"x_pct": fx, "y_pct": fy})
-            assert outcome["success"], outcome
-            got = wait_until(lambda idx=idx, before=before:
-                             len(made[idx].events("click")) > before and
-                             made[idx].events("click"))[-1]
-            assert near(got, x, y), (at_dpi, idx, got, (x, y))
+        clicks_on_each_monitor(executor, made, (0.9, 0.9))
     finally:
         for cover in made.values():
             cover.close()

@@ -7,9 +7,10 @@ DPI): the scale of each DPI (96 = 100 %, 144 = 150 %), GetDpiForMonitor's table 
 process is told about a monitor, by its awareness), DPI virtualisation (a process that is not
 per-monitor aware works at one DPI and Windows scales its coordinates on monitors of
 another), the LogicalToPhysicalPointForPerMonitorDPI example (a DPI-unaware process sees a
-200 % window in 96-DPI coordinates). One case was recorded from the Win32 API under Wine 8:
-a DPI-unaware thread at 144 DPI sees the 1920x1080 and 1280x1024 monitors as 1280x720 and
-853x683 (tests/integration/test_win_desktop.py reads the scales the same way).
+200 % window in 96-DPI coordinates). Two cases were recorded from the Win32 API under Wine 8
+at 144 DPI: a DPI-unaware thread sees the 1920x1080 and 1280x1024 monitors as 1280x720 and
+853x683 (GetMonitorInfoW), and its pyautogui.click(960, 540) reaches a window at the physical
+(1440, 810), its click(400, 300) at (600, 450) (WM_LBUTTONDOWN in a per-monitor aware window).
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ def test_a_virtualised_click_lands_away_from_its_aim() -> None:
     # An unaware agent aiming at the middle of the 150 % panel as it sees it (1280x720)...
     factor = scale_factor(Awareness.UNAWARE, 144, 144)
     assert to_physical(640, 360, factor) == (960, 540)  # ...is the middle: Windows scales
-    # ...but a point it computed from a physical capture (960, 540) lands at (1440, 810).
+    # ...but a point it computed from a physical capture (960, 540) lands at (1440, 810),
+    # as measured under Wine with (400, 300) landing at (600, 450).
     assert to_physical(960, 540, factor) == (1440, 810)
+    assert to_physical(400, 300, factor) == (600, 450)
     assert to_physical(960, 540, scale_factor(Awareness.PER_MONITOR, 144, 96)) == (960, 540)
 
 

@@ -47,6 +47,8 @@ from agent.heartbeat import Heartbeats
 from agent.ledger import Ledger, LedgerLocked, LedgerVersionError, outbox_report
 from agent.outbox import Outbox
 from agent.pause_notice import PauseNotices
+from agent.screen.dpi import describe as describe_scaling
+from agent.screen.geometry import last_dpi_reading
 from agent.screen.probe import probe_for
 from agent.serve import Intake
 from agent.session_end import SessionEnd
@@ -213,6 +215,7 @@ class Agent:
     def _status(self, now: float) -> dict[str, Any]:
         """What ``lea-agent status`` shows (agent/status.py)."""
         worker, state = self.worker, self.heartbeats.latest()
+        scaling = last_dpi_reading()  # Windows, a real screen: read with the monitors
         heard = now - worker.heard_at <= worker.heartbeat_interval_s * worker.liveness
         return {
             "service": self.service, "pid": os.getpid(), "started_at": self.started_at,
@@ -222,6 +225,7 @@ class Agent:
                      "broker_heard": heard, "hello_answered_at": self.asks.hello_answered_at,
                      "router_answering": self.heartbeats.router_answering},
             "monitors": [m.model_dump(mode="json") for m in state.monitors] if state else [],
+            "display_scaling": None if scaling is None else describe_scaling(scaling),
             "last_action": self._last_action}
 
     # The report path -----------------------------------------------------------------------

@@ -121,6 +121,8 @@ def describe(status: dict[str, Any] | None, alive: bool, now: float,
         f"\n  {m.get('idx')}: {m.get('w')}x{m.get('h')} at ({m.get('x')}, {m.get('y')})"
         f"{' primary' if m.get('primary') else ''} {m.get('name') or ''}".rstrip()
         for m in monitors))
+    if status.get("display_scaling"):
+        lines.append(str(status["display_scaling"]))
     last = status.get("last_action")
     lines.append("last action: none since start" if not last else
                  f"last action: {last.get('action_id')} ({last.get('type')}) of replay"

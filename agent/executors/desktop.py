@@ -19,7 +19,9 @@ stops the current action; it is reported as ``failsafe_triggered`` with ``needs_
 
 Windows DPI: :func:`agent.screen.geometry.ensure_dpi_awareness` runs before pyautogui is
 imported, so capture, monitor geometry and input all use physical pixels on mixed-DPI
-screens (pyautogui alone would make the process system-aware only). Tested under Wine.
+screens (pyautogui alone would make the process system-aware only). Tested under Wine. If
+Windows refused it and a monitor is scaled for the agent, no click, scroll or targeted
+typing is sent: ``display_scaling_mismatch`` with ``needs_human`` (docs/windows-scaling.md).
 
 Fail closed: before any input the window in front must be known. With no foreground window
 (Windows: the UAC secure desktop, the lock screen; X11: no window manager and no focused
@@ -69,6 +71,7 @@ from agent.executors.window_guard import (
 from agent.grounding.tesseract import OcrUnavailable, TesseractReader
 from agent.screen import geometry
 from agent.screen.capture import CaptureError, Screen, Shot
+from agent.screen.dpi import input_refusal
 from messages.dispatch import ActionSite, DispatchAction
 from messages.monitor import Monitor
 from messages.workflow import Action
@@ -86,6 +89,8 @@ BLOCKERS = {
     geometry.FOREGROUND_UNREADABLE: "the window in front cannot be read",
 }
 """What the person is told when the window in front is unknown (fail closed)."""
+DISPLAY_SCALING = "display_scaling_mismatch"
+"""The error when Windows would scale the agent's clicks (fail closed, agent/screen/dpi.py)."""
 FAILSAFE_MESSAGE = ("the mouse was pushed into a corner of the screen (pyautogui fail-safe):"
                     " the person at the workstation stopped Léa")
 
@@ -198,7 +203,7 @@ class DesktopExecutor:
                 outcome = check_identity(action.parameters,
                                          ocr_reader(after.image, self._text()), "ocr")
             return self._frames(outcome, before, after)
-        refusal = self._front_refusal(action)
+        refusal = self._front_refusal(action) or self._scaling_refusal(action)
         if refusal is not None:
             return self._frames(refusal, before, before)
         if action.type in POINTER:
@@ -263,6 +268,21 @@ class DesktopExecutor:
         if why is None:
             return None
         return ActionOutcome.failure(WRONG_WINDOW, warning=WRONG_WINDOW, target_description=why)
+
+    def _scaling_refusal(self, action: Action) -> ActionOutcome | None:
+        """No input at a point where Windows would scale it away from the aim (Windows refused
+        per-monitor DPI awareness and a monitor is scaled for this process, or the scaling
+        cannot be read: agent/screen/dpi.py); keys alone go to the focus and may go."""
+        if action.type not in POINTER and action.type != "scroll" and not (
+                action.type == "type" and self._targets(action)):
+            return None
+        reading = geometry.dpi_reading()
+        why = input_refusal(reading) if reading is not None else (
+            "the display scaling cannot be read" if sys.platform == "win32" else None)
+        if why is None:
+            return None
+        logger.warning("{}: no input sent, {}", action.action_id, why)
+        return ActionOutcome.failure(DISPLAY_SCALING, needs_human=True, target_description=why)
 
     # Inputs ----------------------------------------------------------------------------------
 

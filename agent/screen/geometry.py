@@ -15,7 +15,9 @@ Windows DPI: :func:`ensure_dpi_awareness` makes the process per-monitor DPI awar
 screeninfo, mss and input all speak physical pixels on mixed-DPI setups. It must run before
 pyautogui is imported (pyautogui would set the weaker system-aware mode, and the mode can be
 set once per process). Tested under Windows CPython in Wine at 96, 120 and 144 DPI
-(tests/integration/test_win_desktop.py); see :mod:`agent.screen.win32`.
+(tests/integration/test_win_desktop.py); see :mod:`agent.screen.win32`. When Windows refuses
+it, :func:`dpi_reading` lets the executor refuse clicks on scaled monitors
+(:mod:`agent.screen.dpi`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from loguru import logger
 
 from agent.screen import win32, x11
+from agent.screen.dpi import DpiReading
 from agent.screen.raw_monitor import RawMonitor, Rect
 from messages.monitor import MAX_MONITORS, Monitor
 
@@ -36,9 +39,11 @@ __all__ = [
     "RawMonitor",
     "active_window_rect",
     "active_window_title",
+    "dpi_reading",
     "ensure_dpi_awareness",
     "focused_monitor",
     "foreground",
+    "last_dpi_reading",
     "monitor_at",
     "monitors_geometry",
     "number_monitors",
@@ -178,6 +183,7 @@ def monitors_geometry() -> list[Monitor]:
         _warn_once("screeninfo and mss disagree, using screeninfo",
                    f"{[m.rect for m in screeninfo]} != {[m.rect for m in mss_found]}")
     monitors = number_monitors(merge_sources(screeninfo, mss_found, sources.get("xrandr", [])))
+    dpi_reading()  # for lea-agent status: a monitor listing is when scales change
     if not monitors:
         _warn_once("cannot list the monitors, the composite will be used",
                    "; ".join(errors) or "no monitor reported")
@@ -259,3 +265,25 @@ def ensure_dpi_awareness() -> None:
     """Windows: per-monitor DPI awareness, once, before any geometry or input (no-op else)."""
     if sys.platform == "win32":
         win32.ensure_dpi_awareness()
+
+
+_last_dpi: list[DpiReading] = []
+
+
+def dpi_reading() -> DpiReading | None:
+    """Windows: the DPI awareness in effect and each monitor's scale (agent/screen/dpi.py),
+    read now; None elsewhere, or when the reading fails (logged once)."""
+    if sys.platform != "win32":
+        return None
+    try:
+        reading = win32.dpi_reading()
+    except Exception as exc:
+        _warn_once("cannot read the display scaling", f"{type(exc).__name__}: {exc}")
+        return None
+    _last_dpi[:] = [reading]
+    return reading
+
+
+def last_dpi_reading() -> DpiReading | None:
+    """The latest :func:`dpi_reading` (taken with each monitor listing), without reading."""
+    return _last_dpi[0] if _last_dpi else None

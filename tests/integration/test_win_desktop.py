@@ -13,6 +13,7 @@ import base64
 import io
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,43 @@ def clicks_at(executor: WinExecutor, t: WinTarget, points: list[tuple[int, int]]
 
 def test_the_executor_is_per_monitor_dpi_aware_and_sees_both_monitors(
         executor: WinExecutor) -> None:
+    """Wine 8 makes every process per-monitor aware from its start and refuses any change
+    (SetProcessDpiAwarenessContext: ERROR_INVALID_PARAMETER, it does not know V2;
+    SetProcessDpiAwareness: E_ACCESSDENIED): the agent says so and reads the awareness in
+    effect, and both monitors at 100 %."""
     assert executor.ready["awareness"] == 2  # PER_MONITOR (agent/screen/win32.py)
     rects = [(m["x"], m["y"], m["w"], m["h"]) for m in executor.ready["monitors"]]
     assert rects == [PRIMARY, LEFT]
     assert executor.ready["desktop"] == [-1280, 0, 3200, 1080]
+    scaling = executor.ready["dpi"]
+    assert scaling["awareness"] == 2 and scaling["refusal"] is None, scaling
+    assert scaling["monitors"] == [[*PRIMARY, 96], [*LEFT, 96]], scaling
+    assert scaling["asked"] == (
+        "SetProcessDpiAwarenessContext(PER_MONITOR_AWARE_V2) refused, error 87; "
+        "SetProcessDpiAwareness(PER_MONITOR) refused, HRESULT 0x80070005"), scaling
+
+
+@contextmanager
+def unaware(executor: WinExecutor) -> Iterator[None]:
+    """The executing thread DPI unaware (as an agent whose per-monitor awareness Windows
+    refused), then per-monitor aware again: the executor is shared by the session."""
+    assert executor.ask(op="thread_awareness", context=-1)["after"] == 0
+    try:
+        yield
+    finally:
+        assert executor.ask(op="thread_awareness", context=-3)["after"] == 2
+
+
+def test_an_unaware_agent_at_100_percent_still_clicks(executor: WinExecutor,
+                                                      target: WinTarget) -> None:
+    """Nothing is scaled at 96 DPI: the refusal of the next tests is not a blanket one."""
+    x, y = target.canvas[0] + 300, target.canvas[1] + 200
+    with unaware(executor):
+        assert executor.ask(op="screen")["dpi"]["refusal"] is None
+        outcome = executor.run(ON_PRIMARY, type="click", target_spec=pct(PRIMARY, x, y))
+    assert outcome["success"], outcome
+    (click,) = wait_until(lambda: target.events("click"))
+    assert near(click, x, y)
 
 
 def test_capture_returns_the_window_pixels(executor: WinExecutor, target: WinTarget) -> None:
@@ -248,27 +282,28 @@ def test_unknown_window_in_front_no_input_at_all(win_desk: WinDesk, executor: Wi
 
 # Several monitors (QW1): DISPLAY2 is left of the primary, at x = -1280 ---------------------
 
-@pytest.fixture
-def covers(win_desk: WinDesk, executor: WinExecutor) -> Iterator[dict[int, WinTarget]]:
+def cover_monitors(win_desk: WinDesk) -> dict[int, WinTarget]:
     """A borderless window covering each monitor, each its own colour (idx: window)."""
-    made = {1: win_desk.target("Ecran gauche", LEFT, "--popup", "--no-edit", "--color",
+    return {1: win_desk.target("Ecran gauche", LEFT, "--popup", "--no-edit", "--color",
                                "F0E0C0"),
             0: win_desk.target("Ecran principal", PRIMARY, "--popup", "--no-edit", "--color",
                                "C0E0F0")}
+
+
+@pytest.fixture
+def covers(win_desk: WinDesk, executor: WinExecutor) -> Iterator[dict[int, WinTarget]]:
+    made = cover_monitors(win_desk)
     yield made
     for t in made.values():
         t.close()
 
 
-COLOURS = {1: (0xF0, 0xE0, 0xC0), 0: (0xC0, 0xE0, 0xF0)}
-
-
-def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
-                                                     covers: dict[int, WinTarget]) -> None:
-    """No monitor_resolution (the router had no heartbeat): the agent finds monitor_index
-    among its own monitors, negative origin included."""
+def clicks_on_each_monitor(executor: WinExecutor, covers: dict[int, WinTarget],
+                           last: tuple[float, float]) -> None:
+    """Click by ``monitor_index`` (no monitor_resolution: the router had no heartbeat) on the
+    left monitor, the primary, the left one again at ``last``; each within 2 px."""
     for idx, rect, (fx, fy) in ((1, LEFT, (0.25, 0.5)), (0, PRIMARY, (0.75, 0.25)),
-                                (1, LEFT, (0.9, 0.1))):
+                                (1, LEFT, last)):
         x, y = rect[0] + int(fx * rect[2]), rect[1] + int(fy * rect[3])
         before = len(covers[idx].events("click"))
         outcome = executor.run(None, type="click", monitor_index=idx,
@@ -279,6 +314,16 @@ def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
                          len(covers[idx].events("click")) > before and
                          covers[idx].events("click"))[-1]
         assert near(got, x, y), (idx, got, (x, y))
+
+
+COLOURS = {1: (0xF0, 0xE0, 0xC0), 0: (0xC0, 0xE0, 0xF0)}
+
+
+def test_click_by_monitor_index_lands_on_each_monitor(executor: WinExecutor,
+                                                     covers: dict[int, WinTarget]) -> None:
+    """No monitor_resolution (the router had no heartbeat): the agent finds monitor_index
+    among its own monitors, negative origin included."""
+    clicks_on_each_monitor(executor, covers, (0.9, 0.1))
     assert len(covers[0].events("click")) == 1 and len(covers[1].events("click")) == 2
 
 
@@ -313,6 +358,12 @@ def at_dpi(win_desk: WinDesk, dpi_back_to_96: None, request: pytest.FixtureReque
 def test_clicks_land_at_high_dpi(win_desk: WinDesk, at_dpi: int) -> None:
     executor = win_desk.executor(**CONFIG)
     assert executor.ready["awareness"] == 2
+    # Wine has one DPI for every monitor (GetDpiForMonitor answers LogPixels for each, read
+    # per-monitor aware): it cannot show a 100 % and a 150 % monitor side by side, so mixed
+    # scales are tested in tests/unit/test_screen_dpi.py (docs/windows-scaling.md).
+    scaling = executor.ready["dpi"]
+    assert scaling["monitors"] == [[*PRIMARY, at_dpi], [*LEFT, at_dpi]], scaling
+    assert scaling["system_dpi"] == at_dpi and scaling["refusal"] is None, scaling
     t = win_desk.target("Dossier patient", (300, 200, 640, 420))
     try:
         assert t.dpi == at_dpi  # the window is scaled: the setting took effect
@@ -328,3 +379,47 @@ def test_clicks_land_at_high_dpi(win_desk: WinDesk, at_dpi: int) -> None:
         assert near(got, *button_centre(t)), (got, button_centre(t))
     finally:
         t.close()
+    # Both monitors, the left one at x = -1280, each covered by a window.
+    made = cover_monitors(win_desk)
+    try:
+        clicks_on_each_monitor(executor, made, (0.9, 0.9))
+    finally:
+        for cover in made.values():
+            cover.close()
+
+
+@pytest.mark.parametrize("at_dpi", [144], indirect=True)
+def test_an_unaware_agent_on_a_scaled_screen_does_not_click(win_desk: WinDesk,
+                                                            at_dpi: int) -> None:
+    """Fail closed: the executing thread DPI unaware at 150 % (Windows would scale its
+    coordinates by 2/3: it sees the 1920x1080 monitor as 1280x720), as an agent whose
+    per-monitor awareness Windows refused. No click, scroll or targeted typing is sent, the
+    reason says which monitor and why, the replay pauses for a person; keys alone go."""
+    executor = win_desk.executor(**CONFIG)
+    made = cover_monitors(win_desk)
+    try:
+        with unaware(executor):
+            seen = executor.ask(op="screen")
+            assert [(m["w"], m["h"]) for m in seen["monitors"]] == [(1280, 720), (853, 683)]
+            assert "1920x1080 at (0, 0) is at 150 %" in seen["dpi"]["refusal"], seen["dpi"]
+            for action in ({"type": "click", "target_spec": {"x_pct": 0.5, "y_pct": 0.5}},
+                           {"type": "double_click", "target_spec": {"x_pct": 0.2, "y_pct": 0.2}},
+                           {"type": "scroll", "parameters": {"delta": -2}},
+                           {"type": "type", "target_spec": {"x_pct": 0.5, "y_pct": 0.5},
+                            "parameters": {"text": "x"}}):
+                outcome = executor.run(ON_PRIMARY, **action)
+                assert not outcome["success"] and outcome["needs_human"], outcome
+                assert outcome["error"] == "display_scaling_mismatch", outcome
+                assert "the agent is DPI unaware at 100 %" in outcome["target_description"]
+            keys = executor.run(ON_PRIMARY, type="key_combo", parameters={"keys": ["shift"]})
+            assert keys["success"], keys
+        time.sleep(0.5)
+        assert made[0].events("click") == [] and made[1].events("click") == []
+        outcome = executor.run(None, type="click", monitor_index=1,
+                               target_spec={"x_pct": 0.5, "y_pct": 0.5})
+        assert outcome["success"], outcome  # per-monitor aware again: it clicks
+        got = wait_until(lambda: made[1].events("click"))[-1]
+        assert near(got, LEFT[0] + 640, 512), got
+    finally:
+        for cover in made.values():
+            cover.close()

@@ -2,7 +2,7 @@
 (broker, dispatcher, monitor_router...), the agent from the shipped folder under Wine with
 ``--executor desktop``, on a desktop of two monitors, the left one at x = -1280
 (tests/win_desktop.py). Borderless Win32 windows cover each monitor and record where the
-clicks land (tests/fixtures/win_target.py).
+clicks land (tests/fixtures/win_target.py). ``lea-agent status`` tells the display scaling.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.integration.probes import reports
 from tests.integration.system import System, workflow
 from tests.integration.transport_checks import agent_log, wait_ready
 from tests.win_desktop import LEFT, PRIMARY, WinDesk, WinTarget
-from tests.wine import WineAgent
+from tests.wine import WineAgent, windows_path
 
 PAUSED = "paused_need_help"
 PATIENT = {
@@ -103,6 +103,19 @@ def test_two_monitors_heartbeats_clicks_routing_by_geometry_and_the_fail_closed_
     positions = {r["action_id"]: r["body"]["actual_position"] for r in reports(system, rid)}
     assert (positions["s2"]["x"], positions["s2"]["y"]) == (-640, 768)
     assert [e["action_id"] for e in desk_agent.effects()] == ["s0", "s1", "s2"]
+
+    # lea-agent status: the DPI awareness in effect, what Windows (here Wine) answered the
+    # agent's request for it, and each monitor's scale.
+    def said() -> str:
+        return desk_agent.bundle.run_python("-m", "agent", "status", "--data-dir",
+                                            windows_path(desk_agent.data_dir)).stdout
+
+    status = wait_until(lambda: "display scaling" in (text := said()) and text, timeout=60)
+    assert ("display scaling: per-monitor DPI aware (SetProcessDpiAwarenessContext("
+            "PER_MONITOR_AWARE_V2) refused, error 87; SetProcessDpiAwareness(PER_MONITOR) "
+            "refused, HRESULT 0x80070005); monitors: 1920x1080 at (0, 0) 100 %, 1280x1024 at "
+            "(-1280, 0) 100 %") in status, status
+    assert "CLICKS REFUSED" not in status
 
     # What the UAC secure desktop or the lock screen look like to the agent (an untitled
     # window in front): the replay pauses for a person, nothing reaches any window.

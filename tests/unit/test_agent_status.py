@@ -41,3 +41,11 @@ def test_a_gone_process_or_no_status_is_not_running() -> None:
     assert describe(STATUS, False, NOW, DATA)[0] == NOT_RUNNING
     code, lines = describe(None, False, NOW, DATA)
     assert code == NOT_RUNNING and "not running" in lines[0]
+
+
+def test_on_windows_the_display_scaling_is_said() -> None:
+    line = ("display scaling: per-monitor DPI aware (SetProcessDpiAwarenessContext("
+            "PER_MONITOR_AWARE_V2) succeeded); monitors: 1920x1080 at (0, 0) 150 %")
+    _code, lines = describe({**STATUS, "display_scaling": line}, True, NOW, DATA)
+    assert line in lines
+    assert not any("display scaling" in line for line in describe(STATUS, True, NOW, DATA)[1])

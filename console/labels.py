@@ -181,6 +181,8 @@ def happening(name: str, data: dict[str, Any]) -> str:
             return f"Nouvel essai prévu pour l'étape {step}"
         case "action_skipped":
             return f"Étape {step} sautée"
+        case "output_read":
+            return f"Valeur « {data.get('output')} » lue à l'écran : {data.get('value')}"
         case "report_refused":
             return f"Compte rendu refusé pour l'étape {step} (mauvais poste)"
     return kind.replace("_", " ").capitalize() + (f" — {step}" if step else "")

@@ -16,8 +16,11 @@ from agent.executors.scenario import Scenario
 from agent.executors.simulated import SimulatedExecutor
 from agent.grounding.beside import value_beside
 from agent.grounding.text import Word
+from console.labels import happening
+from console.views import row
 from messages.dispatch import DispatchAction, DispatchMeta
 from messages.outputs import ReadText
+from messages.replay import ReplaySummary
 from messages.workflow import Action, Workflow
 from workflow.outputs import OUTPUT_INVALID, reads, used, value_problem
 
@@ -153,3 +156,15 @@ def test_the_simulated_desktop_reads_beside_a_label_a_field_or_its_banner() -> N
     assert (wrong.success, wrong.error, wrong.output_value) == (False, OUTPUT_INVALID, "55")
     missing = simulated(banner, label="N° de séjour")
     assert (missing.success, missing.input_performed) == (False, "none")
+
+
+# Shown to people ---------------------------------------------------------------------------
+
+def test_the_console_shows_the_outputs_and_the_reading() -> None:
+    summary = ReplaySummary(replay_id="r", session_id="s", machine_id="m", workflow_id="w",
+                            mode="autonomous", status="completed", index=2, total=2,
+                            completed_actions=2, created_at=0.0, updated_at=0.0,
+                            outputs={"sejour": "2026-004217", "ipp": "•••"})
+    assert row(summary).outputs == {"sejour": "2026-004217", "ipp": "•••"}
+    assert happening("output_read", {"output": "ipp", "value": "•••"}) == \
+        "Valeur « ipp » lue à l'écran : •••"

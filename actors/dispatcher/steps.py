@@ -199,7 +199,7 @@ def complete(tx: Tx, r: ReplayState) -> None:
     purge(tx, r)
     r.status = "completed"
     info = {**who(r), "completed_actions": r.completed_actions, "total": r.total,
-            "counters": dict(r.counters)}
+            "counters": dict(r.counters), **({"outputs": r.shown_outputs()} if r.outputs else {})}
     tx.event(events.REPLAY_COMPLETED, **info)
     tx.audit("replay_completed", **info)
     advance_session(tx, r.session_id)

@@ -19,7 +19,7 @@ from agent.executors.base import ActionOutcome
 from agent.executors.desktop_text import TextSettings
 from agent.executors.identity import Unreadable, lines
 from agent.grounding.beside import value_beside
-from messages.outputs import ReadText, read_text_spec
+from messages.outputs import MAX_OUTPUT, ReadText, read_text_spec
 from workflow.outputs import OUTPUT_INVALID, clean, value_problem
 
 
@@ -43,7 +43,7 @@ def read_output(parameters: dict[str, Any], read: Callable[[ReadText], str],
     if problem is not None:
         return ActionOutcome.failure(OUTPUT_INVALID, needs_human=True,
                                      target_description=problem, resolution_method=method,
-                                     output_value=value or None)
+                                     output_value=value[:MAX_OUTPUT + 1] or None)
     return ActionOutcome(success=True, output_value=value, resolution_method=method)
 
 

@@ -114,3 +114,17 @@ def test_a_step_whose_value_was_never_read_is_not_sent() -> None:
 
 def _resume_done(rid: str) -> ResumeReplay:
     return ResumeReplay(replay_id=rid, operator="bob", step="done")
+
+
+def test_the_end_of_the_run_says_what_it_read() -> None:
+    h = H()
+    rid, _ = h.start(Workflow.model_validate({"workflow_id": "w", "actions": [
+        {"action_id": "read", "type": "read_text",
+         "parameters": {"output": "sejour", "region": {"x_pct": 0, "y_pct": 0, "w_pct": 1,
+                                                       "h_pct": 0.1}}},
+        {"action_id": "ipp", "type": "read_text",
+         "parameters": {"output": "ipp", "label": "IPP", "sensitive": True}}]}))
+    h.report(rid, output_value=SEJOUR, input_performed="none")
+    done = h.report(rid, output_value="004217", input_performed="none")
+    (record,) = audited(done, "replay_completed")
+    assert record["outputs"] == {"sejour": SEJOUR, "ipp": "•••"}

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
+from agent.executors.desktop_target import Area, blind_elsewhere
 from agent.executors.desktop_text import TextSettings
 from agent.executors.read_text import ocr_read, read_output
 from agent.executors.scenario import Scenario
@@ -168,3 +169,13 @@ def test_the_console_shows_the_outputs_and_the_reading() -> None:
     assert row(summary).outputs == {"sejour": "2026-004217", "ipp": "•••"}
     assert happening("output_read", {"output": "ipp", "value": "•••"}) == \
         "Valeur « ipp » lue à l'écran : •••"
+
+
+def test_a_region_of_a_monitor_that_is_gone_is_not_read_on_another() -> None:
+    focus = Area(1, (1920, 0, 2560, 1440), "focus", "recorded_monitor_unavailable")
+    region = Action.model_validate(read_step(region={"x_pct": 0, "y_pct": 0, "w_pct": 1,
+                                                     "h_pct": 0.1}))
+    label = Action.model_validate(read_step())
+    assert "reads a region" in str(blind_elsewhere(region, focus))
+    assert blind_elsewhere(label, focus) is None  # looked for there, as an anchor
+    assert blind_elsewhere(region, Area(1, (1920, 0, 2560, 1440), "action", None)) is None

@@ -93,6 +93,8 @@ REASONS = {
     "operator": "paused by an operator",
     "loop_detected": "Léa seems to go round in circles",
     "identity_mismatch": "the patient's identifier expected on screen was not read there",
+    "output_invalid": "a value to read on screen was not read, or does not fit its pattern",
+    "output_missing": "a step uses a value no step of this replay has read",
 }
 SOURCES = {"declarative": "workflow", "llm_contextual": "Léa, suggestion", "system": "system"}
 
@@ -146,6 +148,7 @@ def describe(summary: ReplaySummary) -> str:
         + (f", {summary.queue_length} queued"
            if summary.status in ("running", "paused_need_help") else ""),
     ]
+    lines.extend(f"  output {name} = {value}" for name, value in summary.outputs.items())
     if summary.status == "paused_need_help":
         lines.extend(pause_lines(summary))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from messages.workflow import Workflow, unlocatable
 from workflow.inputs import unused
+from workflow.outputs import reads
 from workflow.safety import needs_confirmation, with_confirmations
 
 
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  a person confirms before: {', '.join(confirmed)} (marked critical)")
     if workflow.inputs:
         print(f"  inputs: {', '.join(i.name for i in workflow.inputs)}")
+    outputs = reads(workflow)
+    if outputs:
+        print(f"  outputs: {', '.join(outputs)}")
     for name in unused(workflow):
         print(f"warning: input {name!r} is declared but used by no action", file=sys.stderr)
     return 0

@@ -40,6 +40,10 @@ REASON: Final = {
     "operator": "Mis en pause par un opérateur.",
     "identity_mismatch": ("L'identifiant du patient attendu n'a pas été lu à l'écran : ce "
                           "n'est peut-être pas le bon dossier."),
+    "output_invalid": ("Une valeur à lire à l'écran n'a pas été lue, ou ne correspond pas à "
+                       "ce qui est attendu."),
+    "output_missing": ("Une étape utilise une valeur que Léa n'a pas lue à l'écran dans ce "
+                       "replay."),
 }
 
 # The same, in a few words (the list's "last event" column).
@@ -59,6 +63,8 @@ REASON_SHORT: Final = {
     "dead_client": "Léa ne répond plus",
     "operator": "demandée par un opérateur",
     "identity_mismatch": "patient à vérifier",
+    "output_invalid": "valeur illisible à l'écran",
+    "output_missing": "valeur jamais lue",
 }
 
 SIGNAL: Final = {
@@ -175,6 +181,8 @@ def happening(name: str, data: dict[str, Any]) -> str:
             return f"Nouvel essai prévu pour l'étape {step}"
         case "action_skipped":
             return f"Étape {step} sautée"
+        case "output_read":
+            return f"Valeur « {data.get('output')} » lue à l'écran : {data.get('value')}"
         case "report_refused":
             return f"Compte rendu refusé pour l'étape {step} (mauvais poste)"
     return kind.replace("_", " ").capitalize() + (f" — {step}" if step else "")

@@ -53,6 +53,9 @@ class ReplayRow(BaseModel):
     last_event: LastEvent | None = None
     created_at: float
     updated_at: float
+    outputs: dict[str, str] = Field(default_factory=dict)
+    """What the run's read_text steps read (docs/protocol.md, "Outputs"), masked if
+    sensitive."""
 
 
 class CheckView(BaseModel):
@@ -140,7 +143,8 @@ def row(summary: ReplaySummary, last: LastEvent | None = None,
         current_step_state=labels.PROGRESS_STATE.get(state, state) if state else None,
         pause_reason=summary.pause_reason,
         pause_reason_label=labels.reason(summary.pause_reason) if summary.pause_reason else None,
-        last_event=last, created_at=summary.created_at, updated_at=summary.updated_at)
+        last_event=last, created_at=summary.created_at, updated_at=summary.updated_at,
+        outputs=dict(summary.outputs))
 
 
 def check_view(check: SafetyCheck) -> CheckView:

@@ -160,13 +160,16 @@ class ActionReport(Message, type_name="action.report"):
     input_performed: InputPerformed | None = None
     """Said by every agent of this version; None (an older agent) is taken as ``unknown``
     for a failed input action (actors/dispatcher/rules.py: ``input_state``)."""
+    output_value: str | None = Field(None, max_length=10_000)
+    """A ``read_text`` step: the text read where the step looks (also when it does not fit
+    the step's pattern), judged again by the dispatcher (docs/protocol.md, "Outputs")."""
 
     @model_serializer(mode="wrap")
     def _omit_unknowns(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Sent only when known: a dispatcher older than the fields keeps taking the reports.
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("site", "input_performed"):
+            for name in ("site", "input_performed", "output_value"):
                 if getattr(self, name) is None:
                     data.pop(name, None)
         return data

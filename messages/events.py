@@ -27,6 +27,8 @@ ACTION_PROGRESS: Final = "lea:action_progress"
 ACTION_WITHDRAWN: Final = "lea:action_withdrawn"
 """An input action taken back before the agent was granted its claim (a loop verdict on the
 step before it came in meanwhile): it never ran, and runs on resume."""
+OUTPUT_READ: Final = "lea:output_read"
+"""A read_text step's value kept as the run's output (``value`` masked if sensitive)."""
 REPLAY_STARTED: Final = "lea:replay_started"
 REPLAY_PAUSED: Final = "lea:replay_paused"
 REPLAY_RESUMED: Final = "lea:replay_resumed"

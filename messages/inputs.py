@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 INPUT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 """``{{name}}``; what is inside is checked against :data:`INPUT_NAME` by the workflow."""
 
 InputType = Literal["string", "integer", "date"]
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"pattern is not a regular expression: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, Field(max_length=500), AfterValidator(_compiles)]
+"""A regular expression a whole value must match (an input's, an output's)."""
 
 
 class InputSpec(BaseModel):
@@ -25,20 +37,10 @@ class InputSpec(BaseModel):
 
     name: str = Field(pattern=INPUT_NAME.pattern)
     type: InputType = "string"
-    pattern: str | None = Field(None, max_length=500)
+    pattern: Regex | None = None
     required: StrictBool = True
     sensitive: StrictBool = False
     description: str = Field("", max_length=500)
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern is not a regular expression: {exc}") from None
-        return pattern
 
 
 MASK = "•••"

@@ -100,16 +100,22 @@ class ReplaySummary(Message):
     counters: dict[str, int] = Field(default_factory=dict)
     created_at: float
     updated_at: float
+    outputs: dict[str, str] = Field(default_factory=dict)
+    """What the run's read_text steps read, by output name; a sensitive one is ``•••``
+    (docs/protocol.md, "Outputs")."""
 
     @model_serializer(mode="wrap")
     def _omit_no_pause_step(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Sent only when set: a peer older than these fields (models forbid extra keys) keeps
-        # reading every status of a newer dispatcher but those of a pause about a step.
+        # reading every status of a newer dispatcher but those of a pause about a step, or
+        # of a run that read outputs.
         data = handler(self)
         if isinstance(data, dict):
             for name in ("pause_action_id", "pause_intention"):
                 if data.get(name) is None:
                     data.pop(name, None)
+            if not data.get("outputs"):
+                data.pop("outputs", None)
         return data
 
 

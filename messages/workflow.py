@@ -19,10 +19,11 @@ from pydantic import (
 from messages.base import is_plain_json
 from messages.inputs import INPUT_NAME, InputSpec, placeholders
 from messages.monitor import MAX_MONITORS, Monitor
+from messages.outputs import output_name, read_text_spec
 
 ActionType = Literal[
     "click", "double_click", "right_click", "type", "key_combo", "scroll", "wait",
-    "verify_screen", "pause_for_human",
+    "verify_screen", "pause_for_human", "read_text",
 ]
 
 # Types whose double execution has side effects (docs/architecture.md): an orphan given up on
@@ -32,7 +33,7 @@ CRITICAL_TYPES: frozenset[str] = frozenset(
 )
 
 # Types that act on a monitor: the monitor router says which one before each dispatch.
-SCREEN_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll", "verify_screen"}
+SCREEN_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll", "verify_screen", "read_text"}
 # Types that send input to the workstation: the agent claims each attempt of one from the
 # dispatcher before any input, so a copy that is no longer current never runs (agent/serve.py).
 INPUT_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll"}
@@ -186,6 +187,13 @@ class Action(_Strict):
             ms = p.get("duration_ms")
             if not isinstance(ms, int) or isinstance(ms, bool) or not 0 <= ms <= 3_600_000:
                 raise ValueError("a 'wait' action needs parameters.duration_ms (0..3600000)")
+        if self.type == "read_text":
+            try:
+                read_text_spec(p)
+            except ValidationError as exc:
+                raise ValueError("a 'read_text' action's parameters: " + "; ".join(
+                    _where(err["loc"]) + err["msg"].removeprefix("Value error, ")
+                    for err in exc.errors())) from None
         return self
 
     @property
@@ -224,12 +232,30 @@ class Workflow(_Strict):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"inputs declared more than once: {', '.join(twice)}")
-        problems = [f"actions[{i}].{path} (action_id {a.action_id!r}): {{{{{name}}}}} is "
-                    + ("not a declared input" if INPUT_NAME.match(name)
-                       else "not an input name (a-z, 0-9, _)")
-                    for i, a in enumerate(self.actions)
-                    for path, name in placeholders(a.model_dump(mode="json", exclude_none=True))
-                    if name not in names]
+        problems: list[str] = []
+        read: dict[str, int] = {}  # output -> the step reading it
+        for i, a in enumerate(self.actions):
+            where = f"actions[{i}]"
+            for path, name in placeholders(a.model_dump(mode="json", exclude_none=True)):
+                output = output_name(name)
+                if output is not None:
+                    # A value is used only once a step before has read it (docs/protocol.md,
+                    # "Outputs"): never typed from a reading still to come.
+                    if output not in read:
+                        problems.append(f"{where}.{path} (action_id {a.action_id!r}): "
+                                        f"{{{{{name}}}}} is not an output read by an "
+                                        "earlier read_text step")
+                elif name not in names:
+                    problems.append(f"{where}.{path} (action_id {a.action_id!r}): "
+                                    f"{{{{{name}}}}} is " + (
+                                        "not a declared input" if INPUT_NAME.match(name)
+                                        else "not an input name (a-z, 0-9, _)"))
+            if a.type == "read_text":
+                output = str(a.parameters["output"])
+                if output in read:
+                    problems.append(f"{where}.parameters.output (action_id {a.action_id!r}): "
+                                    f"{output!r} is already read by actions[{read[output]}]")
+                read.setdefault(output, i)
         if problems:
             raise ValueError("; ".join(problems[:20]))
         return self

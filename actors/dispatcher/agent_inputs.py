@@ -23,17 +23,20 @@ from messages.dispatch import (
     ClaimReply,
     ReportAck,
 )
+from messages.outputs import read_text_spec
 from messages.replay import Ack
 from workflow.inputs import mask_model
+from workflow.outputs import OUTPUT_INVALID, clean, value_problem
 
 
 def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
     """Apply the first current report of an action (I3); record every other one."""
     r = tx.book.replays.get(msg.replay_id)
+    read = msg.output_value  # what a read_text step read, before any masking
     if r is not None:
         # What the agent read or looked for may hold a sensitive value: masked before the
-        # report is recorded, audited or shown (docs/protocol.md, "Inputs").
-        msg = mask_model(msg, r.secrets())
+        # report is recorded, audited or shown (docs/protocol.md, "Inputs", "Outputs").
+        msg = mask_model(msg, _hidden(r, msg))
     entry = r.inflight if r is not None else None
     if entry is not None and entry.action.action_id != msg.action_id:
         entry = None
@@ -61,9 +64,42 @@ def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
     tx.audit("report_received", status=status, sender_machine=sender_machine,
              report=msg.model_dump(mode="python"))
     if r is not None and entry is not None and status == "accepted":
-        apply_report(tx, r, entry, msg)
+        apply_report(tx, r, entry, _judged_read(tx, r, entry, msg, read))
     return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
                              status=status))
+
+
+def _hidden(r: ReplayState, msg: ActionReport) -> list[str]:
+    """What to mask in ``msg``: the run's sensitive values, and what a read_text step of a
+    sensitive output read now (a stale report's too)."""
+    hidden = r.secrets()
+    if msg.output_value:
+        spec = r.read_spec(msg.action_id)
+        if spec is None or spec.sensitive:
+            hidden = sorted({*hidden, msg.output_value.strip(), clean(msg.output_value)} - {""},
+                            key=len, reverse=True)
+    return hidden
+
+
+def _judged_read(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport,
+                 read: str | None) -> ActionReport:
+    """A read_text step's report: the value kept as the run's output when it fits the step
+    (judged again here, whatever the agent said), else the step fails ``output_invalid``
+    and the replay pauses; nothing is kept from a wrong value (docs/protocol.md, "Outputs")."""
+    action = entry.action
+    if action.type != "read_text" or not msg.success:
+        return msg
+    spec = read_text_spec(action.parameters)
+    problem = value_problem(spec, read)
+    if problem is not None:
+        return msg.model_copy(update={"success": False, "error": OUTPUT_INVALID,
+                                      "needs_human": True, "target_description": problem})
+    r.outputs[spec.output] = clean(read or "")
+    info = {**who(r, action.action_id), "output": spec.output,
+            "value": r.shown_outputs()[spec.output], "sensitive": spec.sensitive}
+    tx.event(events.OUTPUT_READ, **info)
+    tx.audit("output_read", **info)
+    return msg
 
 
 def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport) -> None:

@@ -14,6 +14,7 @@ from messages.loop import LOOP_DETECTED
 from messages.replay import SafetyCheck
 from messages.workflow import INPUT_TYPES, Action
 from workflow.identity import IDENTITY_MISMATCH
+from workflow.outputs import OUTPUT_INVALID, OUTPUT_MISSING
 from workflow.safety import pause_message
 
 _SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
@@ -38,7 +39,7 @@ person says ``redo`` (ResumeReplay.step)."""
 FAILURE_REASONS = frozenset({SYSTEM_DIALOG, WRONG_WINDOW, NEEDS_HUMAN, TARGET_NOT_FOUND,
                              ACTION_FAILED, ORPHAN_MAX_RESENDS, DEAD_CLIENT, LOOP_DETECTED,
                              FAILED_AFTER_INPUT, INPUT_UNKNOWN, GUARD_LOST,
-                             IDENTITY_MISMATCH})
+                             IDENTITY_MISMATCH, OUTPUT_INVALID, OUTPUT_MISSING})
 """Pauses something went wrong for: a replay cancelled at one of them ends ``failed``."""
 
 
@@ -128,6 +129,15 @@ def report_pause(report: ActionReport, action: Action) -> PauseCause | None:
                           "peut-être pas le bon patient : vérifiez le dossier affiché avant "
                           "de reprendre.",
                           {"expected": expected, "read": report.target_description})
+    if error == OUTPUT_INVALID:
+        # Nothing is typed from a value read wrong (docs/protocol.md, "Outputs").
+        name = str(action.parameters.get("output") or "")
+        read = report.target_description or "rien de lisible"
+        return PauseCause(OUTPUT_INVALID,
+                          f"Léa devait lire « {name} » à l'écran pour « {_label(action)} » et "
+                          f"n'a pas lu de valeur valable ({read}). Vérifiez l'écran, puis "
+                          "reprenez : Léa relira.",
+                          {"output": name, "read": report.target_description})
     if report.needs_human:
         if error == "indeterminate_after_restart":
             text = (f"Léa a redémarré pendant « {_label(action)} » : vérifiez si l'action a été "
@@ -189,7 +199,7 @@ def giveup_pauses(action: Action) -> bool:
 
 
 def orphan_pause(action: Action) -> PauseCause:
-    if action.type == "verify_screen":
+    if action.type in ("verify_screen", "read_text"):
         return PauseCause(GUARD_LOST,
                           f"Léa n'a pas pu vérifier l'écran pour « {_label(action)} » (le "
                           "poste n'a pas répondu). Vérifiez vous-même l'écran avant de "
@@ -198,6 +208,16 @@ def orphan_pause(action: Action) -> PauseCause:
                       f"Léa n'a pas répondu pour « {_label(action)} », vérifiez l'écran "
                       "(l'action a peut-être été faite) avant de reprendre.",
                       {"action_type": action.type})
+
+
+def output_missing_pause(action: Action, names: list[str]) -> PauseCause:
+    """A step uses outputs this run has not read (a person said their read_text step was
+    done): it is not performed with an empty value."""
+    listed = ", ".join(f"« {n} »" for n in names)
+    return PauseCause(OUTPUT_MISSING,
+                      f"« {_label(action)} » utilise {listed}, que Léa n'a pas lu à l'écran "
+                      "dans ce replay. Léa ne peut pas continuer : annulez ce replay et "
+                      "relancez-le.", {"outputs": names})
 
 
 def dead_client_pause(machine_id: str, count: int, period_s: float) -> PauseCause:

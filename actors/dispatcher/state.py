@@ -14,9 +14,11 @@ from typing import Any, Literal, NamedTuple
 
 from actors.dispatcher.rules import base_id
 from messages.dispatch import DispatchMeta, InFlight
+from messages.outputs import ReadText
 from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck
 from messages.workflow import INPUT_TYPES, Action, Workflow
 from workflow.inputs import secrets, shown_values, substitute
+from workflow.outputs import as_values, reads, secret_outputs, shown_outputs
 
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 PAUSED: Literal["paused_need_help"] = "paused_need_help"
@@ -140,19 +142,45 @@ class ReplayState:
     # The run's input values (workflow/inputs.py): put into each action as it is dispatched;
     # the workflow kept above has the placeholders.
     inputs: dict[str, str] = field(default_factory=dict)
+    # What its read_text steps read, by output name (workflow/outputs.py): put into later
+    # steps as {{outputs.name}} the same way.
+    outputs: dict[str, str] = field(default_factory=dict)
+    _reads: dict[str, ReadText] | None = None  # the workflow's read_text specs (memo)
+
+    def reads(self) -> dict[str, ReadText]:
+        """The outputs the workflow's read_text steps declare, by name."""
+        if self._reads is None:
+            self._reads = reads(self.workflow)
+        return self._reads
+
+    def read_spec(self, action_id: str) -> ReadText | None:
+        """The read_text step ``action_id`` (a retry's or a resume's) is, if it is one."""
+        base = base_id(action_id)
+        step = next((a for a in self.workflow.actions if a.action_id == base), None)
+        if step is None or step.type != "read_text":
+            return None
+        return self.reads().get(str(step.parameters.get("output")))
 
     def concrete(self, action: Action) -> Action:
-        """``action`` as the agent performs it: with this run's input values."""
-        return substitute(action, self.inputs)
+        """``action`` as the agent performs it: with this run's input and output values."""
+        return substitute(action, {**self.inputs, **as_values(self.outputs)})
 
     def shown(self, action: Action) -> Action:
         """``action`` as a person reads it (pause messages, check labels): with this run's
         values, a sensitive one masked."""
-        return substitute(action, shown_values(self.workflow.inputs, self.inputs))
+        return substitute(action, {**shown_values(self.workflow.inputs, self.inputs),
+                                   **as_values(self.shown_outputs())})
+
+    def shown_outputs(self) -> dict[str, str]:
+        """The outputs read so far, a sensitive one masked."""
+        return shown_outputs(self.reads(), self.outputs) if self.outputs else {}
 
     def secrets(self) -> list[str]:
         """The sensitive values of this run, masked in whatever its agent reports."""
-        return secrets(self.workflow.inputs, self.inputs)
+        found = secrets(self.workflow.inputs, self.inputs)
+        if self.outputs:
+            found += secret_outputs(self.reads(), self.outputs)
+        return sorted(set(found), key=len, reverse=True)
 
     @property
     def total(self) -> int:
@@ -247,7 +275,8 @@ class ReplayState:
             pause_intention=step.intention if step else None,
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
             checks_acknowledged=self.checks_acknowledged,
-            created_at=self.created_at, updated_at=self.updated_at)
+            created_at=self.created_at, updated_at=self.updated_at,
+            outputs=self.shown_outputs())
 
 
 @dataclass(slots=True)
@@ -273,6 +302,7 @@ def mutable_dump(r: ReplayState) -> dict[str, Any]:
         "updated_at": r.updated_at, "retries": r.retries, "retry_budget": r.retry_budget,
         "resumes": r.resumes, "giveup_times": r.giveup_times, "supersedes": r.supersedes,
         "checks_acknowledged": r.checks_acknowledged, "inputs": r.inputs,
+        "outputs": r.outputs,
         "inflight": None if e is None else {
             "action": _action(e.action), "attempt_id": e.attempt_id, "machine_id": e.machine_id,
             "first_dispatched_at": e.first_dispatched_at, "dispatched_at": e.dispatched_at,
@@ -303,6 +333,7 @@ def mutable_restore(r: ReplayState, m: dict[str, Any]) -> None:
     r.supersedes = {aid: list(ids) for aid, ids in m.get("supersedes", {}).items()}
     r.checks_acknowledged = m["checks_acknowledged"]
     r.inputs = dict(m.get("inputs", {}))  # absent from states stored before inputs
+    r.outputs = dict(m.get("outputs", {}))  # and before outputs
     e, p = m["inflight"], m["pause"]
     r.inflight = None if e is None else InFlightEntry(
         action=Action.model_validate(e["action"]), attempt_id=e["attempt_id"],

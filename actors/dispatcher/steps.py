@@ -27,6 +27,7 @@ from messages.monitor import MonitorResolution
 from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
 from messages.workflow import INPUT_TYPES, SCREEN_TYPES, Action
+from workflow.outputs import used
 from workflow.safety import pause_checks
 
 ConsultKind = Literal["loop", "route", "capture", "payload"]
@@ -41,6 +42,13 @@ def advance(tx: Tx, r: ReplayState) -> None:
         tx.touch(r)
         if head is None:
             complete(tx, r)
+            return
+        missing = [n for n in used(head) if n not in r.outputs]
+        if missing:
+            # Never dispatched with an empty value (docs/protocol.md, "Outputs"): it waits
+            # at the head of the queue, and the person is told why.
+            r.inserted.insert(0, head)
+            pause(tx, r, rules.output_missing_pause(r.shown(head), missing), head)
             return
         if head.type != "pause_for_human":
             dispatch(tx, r, head)
@@ -191,7 +199,7 @@ def complete(tx: Tx, r: ReplayState) -> None:
     purge(tx, r)
     r.status = "completed"
     info = {**who(r), "completed_actions": r.completed_actions, "total": r.total,
-            "counters": dict(r.counters)}
+            "counters": dict(r.counters), **({"outputs": r.shown_outputs()} if r.outputs else {})}
     tx.event(events.REPLAY_COMPLETED, **info)
     tx.audit("replay_completed", **info)
     advance_session(tx, r.session_id)

@@ -42,6 +42,8 @@ class ActionOutcome:
     needs_human: bool = False
     site: ActionSite | None = None
     """Where the input went (foreground window, focus), when the platform can say."""
+    output_value: str | None = None
+    """A read_text step: what was read (messages/dispatch.py)."""
     input_performed: InputPerformed = "unknown"
     """Set by the executor from its :class:`~agent.effects.InputTracker` once the action is
     over; ``unknown`` until then, so an outcome nobody vouched for is never retried."""

@@ -57,6 +57,7 @@ from agent.executors.desktop_target import (
 )
 from agent.executors.desktop_text import Resolved, TextSettings
 from agent.executors.identity import check_identity, ocr_reader
+from agent.executors.read_text import ocr_read, read_output
 from agent.executors.window_guard import (
     WINDOW_CHECK_S,
     WRONG_WINDOW,
@@ -206,6 +207,12 @@ class DesktopExecutor:
         refusal = self._front_refusal(action) or self._scaling_refusal(action)
         if refusal is not None:
             return self._frames(refusal, before, before)
+        if action.type == "read_text":
+            # Read once the window in front is known (and the expected one, if named): a
+            # value read from another window would be another record's (docs/protocol.md,
+            # "Outputs").
+            outcome = read_output(action.parameters, ocr_read(before.image, self._text()), "ocr")
+            return self._frames(outcome, before, before)
         if action.type in POINTER:
             outcome = self._pointer(action, area, before, fx)
         elif action.type == "type":

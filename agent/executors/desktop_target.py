@@ -118,8 +118,15 @@ def blind_elsewhere(action: Action, area: Area) -> str | None:
     fell back to another screen (the focused one, docs/screens-and-pauses.md), where a recorded
     position would land blind on whatever is there (also as a fallback after an anchor). An anchor
     image alone is looked for there (it is found or not: never a blind click); keys and
-    typing without a target go to the focus wherever it is."""
-    if area.reason != "recorded_monitor_unavailable" or action.type not in INPUT_TYPES:
+    typing without a target go to the focus wherever it is. A read_text step's region is
+    not read there either (a label is looked for, as an anchor)."""
+    if area.reason != "recorded_monitor_unavailable":
+        return None
+    if action.type == "read_text" and "region" in action.parameters:
+        # A region of another screen holds whatever is there: never a value to keep.
+        return (f"{MONITOR_UNAVAILABLE}: the action's recorded monitor is gone and it reads "
+                f"a region of it: not read on monitor {area.idx} {area.rect} instead")
+    if action.type not in INPUT_TYPES:
         return None
     spec = action.target_spec
     if spec is None or spec.x_pct is None or spec.y_pct is None \

@@ -11,6 +11,7 @@ from PIL import Image
 
 from agent.executors.base import ActionOutcome
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.text import Word
 from workflow.identity import (
     IDENTITY_MISMATCH,
     IdentityCheck,
@@ -58,9 +59,14 @@ def ocr_reader(image: Image.Image, text: TextSettings) -> Callable[[IdentityChec
             W, H = image.size
             shot = image.crop((round(x * W), round(y * H), round((x + w) * W),
                                round((y + h) * H)))
-        lines: dict[int, list[str]] = {}
-        for word in sorted(text.read(shot), key=lambda wd: (wd.line, wd.box[0])):
-            lines.setdefault(word.line, []).append(word.text)
-        return "\n".join(" ".join(words) for words in lines.values())
+        return lines(text.read(shot))
 
     return read
+
+
+def lines(words: list[Word]) -> str:
+    """The words in reading order, one line of text per OCR line."""
+    by_line: dict[int, list[str]] = {}
+    for word in sorted(words, key=lambda wd: (wd.line, wd.box[0])):
+        by_line.setdefault(word.line, []).append(word.text)
+    return "\n".join(" ".join(line) for line in by_line.values())

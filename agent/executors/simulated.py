@@ -23,13 +23,15 @@ from PIL import Image, ImageDraw, ImageFont
 from agent.effects import EffectsLog, InputTracker
 from agent.executors.base import ActionOutcome
 from agent.executors.desktop_target import MONITOR_UNAVAILABLE, blind_elsewhere, target_area
-from agent.executors.identity import check_identity
+from agent.executors.identity import Unreadable, check_identity
+from agent.executors.read_text import read_output
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
 from agent.executors.window_guard import title_after
 from agent.screen.geometry import number_monitors
 from agent.screen.raw_monitor import RawMonitor
 from messages.dispatch import DispatchAction
 from messages.monitor import Monitor
+from messages.outputs import ReadText
 from messages.workflow import INPUT_TYPES, Action
 from workflow.identity import IdentityCheck
 
@@ -357,6 +359,8 @@ class SimulatedExecutor:
         if action.type == "wait":
             self._sleep(int(p["duration_ms"]) / 1000.0)
             return ActionOutcome(success=True)
+        if action.type == "read_text":
+            return read_output(p, self._read, "simulated_text_match")
         # verify_screen: an observation, not an input (a window-title guard,
         # docs/screens-and-pauses.md).
         duration = p.get("duration_ms")
@@ -388,6 +392,22 @@ class SimulatedExecutor:
                               *(f"{w.name} {w.text}" for w in desk.widgets)])
 
         return check_identity(p, read)
+
+    def _read(self, spec: ReadText) -> str:
+        """What a read_text step reads (workflow/outputs.py): beside a label, the text of
+        the field of that name, else the banner's text after it up to a column gap (two
+        spaces); with a region only, the banner."""
+        desk = self.desktop
+        if spec.label is None:
+            return desk.banner
+        widget = desk.find(spec.label)
+        if widget is not None:
+            return widget.text
+        at = desk.banner.casefold().find(spec.label.strip().casefold())
+        if at < 0:
+            raise Unreadable(f"the label {spec.label!r} is not read on the screen")
+        rest = desk.banner[at + len(spec.label.strip()):].lstrip(" :")
+        return rest.split("  ")[0]
 
     def _pointer(self, action: Action, sending: Callable[[], AbstractContextManager[None]],
                  loop: bool) -> ActionOutcome:

@@ -17,7 +17,8 @@ PostgreSQL"):
 
 The tables live in the schema ``dispatcher`` (the database may hold other stores). Each write
 of a replay bumps ``replays.version``. Dispatchers sharing the database take turns: one leads,
-holding an advisory lock on this connection, the others wait (election.py).
+holding the leader's lease, the others wait (election.py); each turn of the leader begins by
+checking its fencing token in the same transaction (lease.py).
 A lost connection is reported to ``on_lost`` (the dispatcher stops: what it holds in memory
 may be ahead of what is committed, and it restarts from the database).
 """
@@ -31,6 +32,7 @@ from typing import Any
 import psycopg
 from loguru import logger
 
+from actors.dispatcher import lease
 from actors.dispatcher.store import SCHEMA_VERSION
 from actors.dispatcher.store_db import StoreUnavailable
 from runtime import pg
@@ -68,7 +70,7 @@ CREATE INDEX IF NOT EXISTS reports_by_action ON reports (replay_id, action_id);
 CREATE TABLE IF NOT EXISTS requests (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id TEXT NOT NULL,
     kind TEXT NOT NULL, reply BYTEA NOT NULL, UNIQUE (request_id, kind));
-"""
+""" + lease.TABLE
 
 
 class PgDb(pg.Session):
@@ -77,6 +79,9 @@ class PgDb(pg.Session):
     is its own transaction."""
 
     versioned = True
+    fence_token: int | None = None
+    """The leader's fencing token (lease.py), checked at the start of every turn; None: no
+    check (a standby commits nothing, a store read by a command decides nothing)."""
 
     def __init__(self, conn: psycopg.Connection[Any], on_lost: pg.OnLost | None = None
                  ) -> None:
@@ -125,4 +130,14 @@ class PgDb(pg.Session):
                            "cut there can lose committed decisions", fsync[0])
 
     def begin(self) -> None:
-        self.execute("BEGIN")
+        if self.fence_token is None:
+            self.execute("BEGIN")
+            return
+        # One round trip: the turn's transaction and its fence (lease.py). Raises (the
+        # transaction failed, rolled back by the store) when another dispatcher leads.
+        try:
+            self.conn.execute(f"BEGIN; SELECT {SCHEMA}.fence({int(self.fence_token)})"
+                              .encode())
+        except psycopg.OperationalError as exc:
+            self._lost(exc)
+            raise

@@ -187,6 +187,11 @@ class DispatcherStore:
         self._known: set[str] = set()  # replays whose immutable head is in the database
         self._resolved_written: dict[str, int] = {}  # replay_id -> entries of ``resolved``
 
+    @property
+    def db(self) -> StoreDb:
+        """The database the store runs on (the election renews its lease there)."""
+        return self._db
+
     @classmethod
     def in_dir(cls, data_dir: str | Path, **kwargs: Any) -> DispatcherStore:
         """The store of ``data_dir`` (``var/`` by default in the settings)."""

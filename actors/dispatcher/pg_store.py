@@ -25,6 +25,7 @@ may be ahead of what is committed, and it restarts from the database).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -79,6 +80,8 @@ class PgDb(pg.Session):
     is its own transaction."""
 
     versioned = True
+    pipelined = True
+    _pipeline: contextlib.ExitStack | None = None  # the turn's, while one is open
     fence_token: int | None = None
     """The leader's fencing token (lease.py), checked at the start of every turn; None: no
     check (a standby commits nothing, a store read by a command decides nothing)."""
@@ -129,15 +132,44 @@ class PgDb(pg.Session):
             logger.warning("dispatcher: the PostgreSQL server runs with fsync={}: a power "
                            "cut there can lose committed decisions", fsync[0])
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._pipeline is not None or super().in_transaction
+
     def begin(self) -> None:
-        if self.fence_token is None:
-            self.execute("BEGIN")
-            return
-        # One round trip: the turn's transaction and its fence (lease.py). Raises (the
-        # transaction failed, rolled back by the store) when another dispatcher leads.
+        """Open the turn's transaction in pipeline mode: its statements go out without
+        waiting for their results, which all come back with the COMMIT's, one round trip
+        for the turn (a read that needs its rows waits for them: store.py reads none in a
+        turn). The fence first (lease.py): another dispatcher leads, and the turn fails."""
+        self._pipeline = contextlib.ExitStack()
         try:
-            self.conn.execute(f"BEGIN; SELECT {SCHEMA}.fence({int(self.fence_token)})"
-                              .encode())
+            self._pipeline.enter_context(self.conn.pipeline())
+            self.execute("BEGIN")
+            if self.fence_token is not None:
+                self.execute(f"SELECT {SCHEMA}.fence(?)", (self.fence_token,))
+        except BaseException:
+            self.rollback()
+            raise
+
+    def commit(self) -> None:
+        """COMMIT, and every result of the turn with it; raises (the server's error of the
+        first statement that failed) if the turn was not committed."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is None:
+            super().commit()
+            return
+        try:
+            done = self.conn.execute(b"COMMIT")
+            pipeline.close()  # sends the turn and waits for its results
         except psycopg.OperationalError as exc:
             self._lost(exc)
             raise
+        if done.statusmessage != "COMMIT":
+            raise RuntimeError(f"the transaction was not committed ({done.statusmessage})")
+
+    def rollback(self) -> None:
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            with contextlib.suppress(psycopg.Error):  # the error that led here is raised
+                pipeline.close()
+        super().rollback()

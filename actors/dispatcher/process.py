@@ -293,7 +293,7 @@ class DispatcherActor(Actor):
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
         try:
-            self.store.commit_decision(decision, record, sent=self._sent, harden=False)
+            self.store.stage(decision.writes, decision.effects, record, sent=self._sent)
         except Exception:
             if self._grouped:  # the turn is rolled back: its replies must not go out
                 self._stop_on_disk_failure()

@@ -4,10 +4,10 @@ fencing token: lease.py).
 
 The leader holds a lease in the database, renewed every :data:`lease.RENEW_EVERY_S`; a
 standby takes it over when the leader's session is gone (kill -9) or its lease expired (a
-leader cut off: it is replaced in :data:`lease.LEASE_S`, whatever the server's TCP
-keepalives). Every turn of a leader checks its fencing token in the turn's own transaction,
-so a deposed leader's next commit fails (the dispatcher then stops, process.py) and no two
-dispatchers ever commit decisions at once, whoever believes what.
+leader cut off: it is replaced at the lease's end, :func:`lease.lease_s`, whatever the
+server's TCP keepalives). Every turn of a leader checks its fencing token in its own
+transaction, so a deposed leader's next commit fails (the dispatcher then stops,
+process.py) and no two dispatchers ever commit decisions at once, whoever believes what.
 
 A standby (:func:`wait_to_lead`) runs a small loop of its own before the actor is built: no
 worker registers the ``dispatcher`` service, the supervisor's beacon beats, its role is
@@ -175,6 +175,7 @@ def wait_to_lead(settings: Settings, db: LeaseDb) -> None:
     timers = Timers("dispatcher")
     led = False
     said_standby = False
+    held_for = lease.lease_s(settings.heartbeat_expiry_s)
 
     def standby() -> None:
         nonlocal said_standby
@@ -190,7 +191,7 @@ def wait_to_lead(settings: Settings, db: LeaseDb) -> None:
         if led:
             return
         if decide(Role.STANDBY, brokers.serve(now, FRESH_S)) is Do.TRY_LOCK:
-            led = after_try(lease.take(db))[1] is Do.LEAD
+            led = after_try(lease.take(db, held_for))[1] is Do.LEAD
             if led:
                 loop.stop()
             elif not said_standby:
@@ -225,6 +226,7 @@ class Leadership:
         self.role = Role.LEADER
         self._actor = actor
         self._db = db
+        self._lease_s = lease.lease_s(settings.heartbeat_expiry_s)
         self._silent_s = silent_s(settings)
         self._since = time.monotonic()
         self.brokers.attach(actor.poll_loop)
@@ -244,7 +246,7 @@ class Leadership:
         transaction is open (its fence holds the row; the next renewal comes soon)."""
         if self.stepped_down or self._db.in_transaction:
             return
-        if not lease.renew(self._db):
+        if not lease.renew(self._db, self._lease_s):
             self._step_down("the leader's lease is another dispatcher's now")
 
     def check(self, now: float) -> None:

@@ -25,9 +25,19 @@ from typing import Protocol
 
 from actors.dispatcher.store_db import StoreDb
 
-LEASE_S = 2.0
-"""How long a lease lasts unrenewed: a cut-off leader is replaced this long after its last
-renewal (docs/operations.md, "Several dispatchers")."""
+LEASE_MIN_S = 1.5
+"""The shortest lease (:func:`lease_s`): a loaded host's leader must not miss it for a
+moment's stall."""
+LEASE_S = 3.0
+"""The lease of the default heartbeat (1 s × 3)."""
+
+
+def lease_s(heartbeat_expiry_s: float) -> float:
+    """How long a lease lasts unrenewed: a cut-off leader is replaced this long after its
+    last renewal (docs/operations.md, "Several dispatchers"). The heartbeat expiry, as for
+    any peer given up (the broker pair takes over in as long, at the same time), and
+    :data:`LEASE_MIN_S` at least."""
+    return max(heartbeat_expiry_s, LEASE_MIN_S)
 RENEW_EVERY_S = 0.25
 """How often the leader renews its lease (many renewals per lease: a loaded host may miss
 some)."""
@@ -60,9 +70,9 @@ class LeaseDb(StoreDb, Protocol):
     fence_token: int | None
 
 
-def take(db: LeaseDb, lease_s: float = LEASE_S, end_wait_ms: int = END_WAIT_MS) -> bool:
-    """Take the lease if nobody holds it (the leader's session is gone, or its lease
-    expired); never waits for a live leader. On success ``db.fence_token`` is the new
+def take(db: LeaseDb, hold_s: float = LEASE_S, end_wait_ms: int = END_WAIT_MS) -> bool:
+    """Take the lease for ``hold_s`` if nobody holds it (the leader's session is gone, or its
+    lease expired); never waits for a live leader. On success ``db.fence_token`` is the new
     token."""
     row = db.execute(
         "SELECT token, pid, expires_at < clock_timestamp(), pid IS NULL OR NOT EXISTS "
@@ -79,18 +89,19 @@ def take(db: LeaseDb, lease_s: float = LEASE_S, end_wait_ms: int = END_WAIT_MS) 
     row = db.execute(
         "UPDATE leader SET token = token + 1, pid = pg_backend_pid(), "
         "expires_at = clock_timestamp() + make_interval(secs => ?) "
-        "WHERE id = 1 AND token = ? RETURNING token", (lease_s, token)).fetchone()
+        "WHERE id = 1 AND token = ? RETURNING token", (hold_s, token)).fetchone()
     if row is None:
         return False  # another standby took it first
     db.fence_token = int(row[0])
     return True
 
 
-def renew(db: LeaseDb, lease_s: float = LEASE_S) -> bool:
-    """Extend our lease; False if it is no longer ours (another dispatcher took it over)."""
+def renew(db: LeaseDb, hold_s: float = LEASE_S) -> bool:
+    """Extend our lease by ``hold_s``; False if it is no longer ours (another dispatcher took
+    it over)."""
     if db.fence_token is None:
         return False
     row = db.execute(
         "UPDATE leader SET expires_at = clock_timestamp() + make_interval(secs => ?) "
-        "WHERE id = 1 AND token = ? RETURNING token", (lease_s, db.fence_token)).fetchone()
+        "WHERE id = 1 AND token = ? RETURNING token", (hold_s, db.fence_token)).fetchone()
     return row is not None

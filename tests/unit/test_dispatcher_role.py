@@ -95,14 +95,14 @@ def test_one_session_holds_the_lease_and_a_killed_leaders_is_taken_at_once(
     leader) a standby takes the lease at once, long before it would expire."""
     leader, standby = PgDb.connect(pg_url), PgDb.connect(pg_url)
     try:
-        assert lease.take(leader, lease_s=600) is True
+        assert lease.take(leader, hold_s=600) is True
         first = leader.fence_token
         assert first is not None
-        assert lease.take(standby, lease_s=600) is False
-        assert lease.renew(leader, lease_s=600) is True
-        assert lease.take(standby, lease_s=600) is False
+        assert lease.take(standby, hold_s=600) is False
+        assert lease.renew(leader, hold_s=600) is True
+        assert lease.take(standby, hold_s=600) is False
         leader.close()  # its backend ends a moment later: the standby's next look takes it
-        wait_until(lambda: lease.take(standby, lease_s=600), timeout=10, interval=0.05)
+        wait_until(lambda: lease.take(standby, hold_s=600), timeout=10, interval=0.05)
         assert standby.fence_token == first + 1
     finally:
         standby.close()
@@ -118,7 +118,7 @@ def test_an_expired_lease_is_taken_over_and_the_cut_off_leaders_turn_never_commi
     standby = PgDb.connect(pg_url)
     standby.execute("SET lock_timeout = '5s'")  # a lock left to the old session: fails
     try:
-        assert lease.take(leader, lease_s=0.5) is True
+        assert lease.take(leader, hold_s=0.5) is True
         leader.begin()
         leader.execute("INSERT INTO meta VALUES ('deposed', 'x')")
         # No renewal comes: the standby's looks take the lease once it has expired.
@@ -138,10 +138,10 @@ def test_a_deposed_leaders_turn_fails_its_fence_and_its_renewal(pg_url: str) -> 
     since): the turn it begins is refused in its own transaction, its renewal too."""
     old, new = PgDb.connect(pg_url), PgDb.connect(pg_url)
     try:
-        assert lease.take(old, lease_s=600) is True
+        assert lease.take(old, hold_s=600) is True
         stale = old.fence_token
         old.close()  # its session is gone: the other takes over at once
-        wait_until(lambda: lease.take(new, lease_s=600), timeout=10, interval=0.05)
+        wait_until(lambda: lease.take(new, hold_s=600), timeout=10, interval=0.05)
         believer = PgDb.connect(pg_url)
         believer.fence_token = stale
         with pytest.raises(psycopg.Error) as refused:

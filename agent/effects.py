@@ -26,7 +26,9 @@ from messages.dispatch import DispatchAction, InputPerformed
 
 
 class EffectsLog:
-    """Append-only JSON lines ``{replay_id, action_id, attempt_id, type, machine_id, at}``."""
+    """Append-only JSON lines ``{replay_id, action_id, attempt_id, type, machine_id, at,
+    monitor}``: ``monitor`` is the dispatch's monitor resolution's ``reason`` or ``source``
+    (``router_unavailable`` when the monitor router did not answer), or null."""
 
     def __init__(self, path: str | Path, machine_id: str) -> None:
         self.path = Path(path)
@@ -37,6 +39,7 @@ class EffectsLog:
 
     def record(self, dispatch: DispatchAction) -> None:
         """Append the effect of ``dispatch`` and make it durable before returning."""
+        resolution = dispatch.monitor_resolution
         line = json.dumps({
             "replay_id": dispatch.replay_id,
             "action_id": dispatch.action.action_id,
@@ -44,6 +47,7 @@ class EffectsLog:
             "type": dispatch.action.type,
             "machine_id": self.machine_id,
             "at": time.time(),
+            "monitor": None if resolution is None else resolution.reason or resolution.source,
         }, ensure_ascii=False) + "\n"
         with self._lock:
             os.write(self._fd, line.encode())

@@ -7,8 +7,8 @@ from its example file, one real agent (`python -m agent`) on a workstation repla
 workflow of clicks. Each round takes the active server's link down (its cable pulled) and
 measures, from the cut, the time until the agent performs its second input after it (the
 first may have been dispatched before the cut; the second needed the other server's broker
-and dispatcher: the broker pair's expiry, then the dispatcher's lock released by PostgreSQL
-when it drops the cut-off server's session, then loading the replays). The link then comes
+and dispatcher: the broker pair's expiry and, at the same time, the end of the cut-off
+leader's lease (actors/dispatcher/lease.py), then loading the replays). The link then comes
 back (that server stays passive) and the next round cuts the other one. The floor, in the
 same run: the time between two inputs in a row without failover.
 """

@@ -52,6 +52,7 @@ from transport.mdp import (
     W_READY,
     W_REQUEST,
     WORKER,
+    passive_disconnect,
     valid_service_name,
 )
 from transport.peer_id import TAG, client_address
@@ -375,8 +376,10 @@ class Majordomo:
 
     def forget_all(self) -> None:
         """DISCONNECT every worker and drop every queue: a broker of a pair stepping down
-        (broker/binary_star.py); the clients' retries go to the other broker."""
-        self.disconnect_all()
+        (broker/binary_star.py), saying it is passive (transport/mdp.py, ``PASSIVE``); the
+        clients' retries go to the other broker."""
+        for identity in list(self.workers):
+            self._send_quiet([identity, *passive_disconnect()])
         self.workers.clear()
         self.services.clear()
 

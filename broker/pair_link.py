@@ -40,7 +40,7 @@ from broker.binary_star import (
 from broker.tree_door import TREE_USER_ID
 from runtime.settings import Settings
 from transport.frames import recv_frames, send_frames, user_id
-from transport.mdp import CLIENT, MMI_PREFIX, W_DISCONNECT, WORKER
+from transport.mdp import CLIENT, MMI_PREFIX, W_DISCONNECT, WORKER, passive_disconnect
 
 WIRE = b"lea-bstar/1"
 MAX_HELD = 10_000  # messages held while the pair decides; more are turned away
@@ -207,7 +207,8 @@ class PairLink:
         self.stats["held"] += 1
 
     def _refuse(self, messages: list[Message]) -> None:
-        """Turn away: DISCONNECT each worker once (it goes to the other broker); a client's
+        """Turn away: DISCONNECT each worker once, saying this broker is passive (it goes to
+        the other broker, or comes back within a heartbeat: transport/worker.py); a client's
         request is dropped (its retry goes there)."""
         told: set[bytes] = set()
         for frames, _first in messages:
@@ -217,7 +218,7 @@ class PairLink:
             if frames[0] not in told:
                 told.add(frames[0])
                 with contextlib.suppress(zmq.ZMQError):  # gone already: nothing to tell
-                    send_frames(self.router, [frames[0], WORKER, W_DISCONNECT])
+                    send_frames(self.router, [frames[0], *passive_disconnect()])
 
     def _publish(self) -> None:
         with contextlib.suppress(zmq.Again):

@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     ping.add_argument("services", nargs="*", help="default: the six actors")
     ping.add_argument("--json", action="store_true", help="one JSON object per service")
     ping.add_argument("--timeout", type=float, default=2.0, help="seconds per service")
+    brokers = sub.add_parser("brokers", help="each broker's role and state (a pair's too)")
+    brokers.add_argument("--json", action="store_true", help="one JSON object per broker")
+    brokers.add_argument("--timeout", type=float, default=2.0, help="seconds per broker")
     demo = sub.add_parser("demo", help="run the example workflow end to end, here")
     demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
     demo.add_argument("--ollama-stub", action="store_true",
@@ -173,6 +176,12 @@ def _ping(settings: Settings, args: argparse.Namespace) -> int:
     return ping(settings, args.services or None, args.json, args.timeout)
 
 
+def _brokers(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.brokers import brokers
+
+    return brokers(settings, args.json, args.timeout)
+
+
 def _agent(settings: Settings, args: argparse.Namespace) -> int:
     from agent.command import run
 
@@ -217,6 +226,7 @@ def _audit(settings: Settings, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
+    "brokers": _brokers,
     "agent": _agent, "replay": _replay, "workflow": _workflow, "demo": _demo,
     "keys": _keys,
     "console": _console,

@@ -23,6 +23,8 @@ def service_pid(client: SyncClient, service: str, timeout_s: float = 0.5) -> int
 def ping_service(client: SyncClient, service: str, timeout_s: float) -> dict[str, object]:
     """One row: service, status (ok | missing | no_reply | error), rtt_ms, pid."""
     row: dict[str, object] = {"service": service, "status": "ok", "rtt_ms": None, "pid": None}
+    if service.startswith("mmi."):
+        return _ping_broker(client, service, timeout_s, row)
     try:
         presence = client.raw("mmi.service", service.encode(), timeout_s=timeout_s, retries=0)
     except CallFailed:
@@ -44,6 +46,23 @@ def ping_service(client: SyncClient, service: str, timeout_s: float) -> dict[str
     return row
 
 
+def _ping_broker(client: SyncClient, service: str, timeout_s: float,
+                 row: dict[str, object]) -> dict[str, object]:
+    """An ``mmi.*`` service is the broker's own (no worker): its answer goes in ``answer``
+    (``mmi.broker``: the broker's role and state; ``run.py brokers`` asks each broker)."""
+    start = time.perf_counter()
+    try:
+        body = client.raw(service, b"", timeout_s=timeout_s, retries=0)
+    except CallFailed:
+        row["status"] = "broker_unreachable"
+        return row
+    row["rtt_ms"] = round((time.perf_counter() - start) * 1000, 3)
+    row["answer"] = b"".join(body).decode("utf-8", "replace")
+    if row["answer"] == "501":
+        row["status"] = "unknown_mmi"
+    return row
+
+
 def ping(settings: Settings, services: list[str] | None = None, as_json: bool = False,
          timeout_s: float = 2.0) -> int:
     """Print one line per service; exit code 1 if any is not ok."""
@@ -57,5 +76,7 @@ def ping(settings: Settings, services: list[str] | None = None, as_json: bool = 
             print(json.dumps(row))
         else:
             rtt = f"{row['rtt_ms']:.2f} ms" if row["rtt_ms"] is not None else "-"
-            print(f"{row['service']:<16} {row['status']:<18} {rtt:>10}  pid={row['pid'] or '-'}")
+            answer = f"  {row['answer']}" if "answer" in row else ""
+            print(f"{row['service']:<16} {row['status']:<18} {rtt:>10}  "
+                  f"pid={row['pid'] or '-'}{answer}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1

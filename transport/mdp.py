@@ -31,6 +31,12 @@ WORKER_COMMANDS: Final = {
 }
 CLIENT_COMMANDS: Final = {C_REQUEST: "REQUEST", C_PARTIAL: "PARTIAL", C_FINAL: "FINAL"}
 
+PASSIVE: Final = b"passive"
+"""The one frame after DISCONNECT from a broker of a pair that does not serve (ours, beyond
+RFC 18; a worker that reads only the command sees a plain DISCONNECT): no refusal of the
+worker, which comes back within a heartbeat (transport/worker.py; docs/operations.md, "A
+broker pair")."""
+
 MMI_PREFIX: Final = b"mmi."
 MMI_SERVICE: Final = b"mmi.service"
 
@@ -127,3 +133,8 @@ def heartbeat() -> list[bytes]:
 
 def disconnect() -> list[bytes]:
     return [WORKER, W_DISCONNECT]
+
+
+def passive_disconnect() -> list[bytes]:
+    """DISCONNECT from a broker of a pair that does not serve (:data:`PASSIVE`)."""
+    return [WORKER, W_DISCONNECT, PASSIVE]

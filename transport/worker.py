@@ -13,6 +13,13 @@ Given the endpoints of a broker pair (docs/operations.md, "A broker pair"), ever
 (the broker silent past liveness, its DISCONNECT, a refusal) goes to the next one: a passive
 broker turns a worker away with DISCONNECT, a dead one is silent, so the worker ends up at
 the broker that serves. With one endpoint it reconnects to that one, as RFC 18 says.
+
+A passive broker's DISCONNECT says so (``mdp.PASSIVE``): it is no refusal and never backs
+off. The worker goes to the other broker at once; once it has found every broker of its list
+passive it sends its READY again every heartbeat interval, a fixed pace. A passive broker
+holds that READY while its peer is silent, and registers it when it takes over: so the
+actors of a server whose broker is passive (each server's tree reaches only its own broker)
+serve as soon as it takes over, instead of after a back-off grown while it was passive.
 """
 
 from __future__ import annotations
@@ -80,6 +87,7 @@ class Worker:
         self.liveness = liveness
         self.setup = setup
         self.refusals = 0  # READYs answered by DISCONNECT at once, in a row
+        self.passive = 0  # DISCONNECTs from passive brokers in a row (module docstring)
         # Told the endpoint each time this worker moves to another broker of a pair: the
         # process's client follows it there (Client.follow) instead of waiting for timeouts.
         self.on_move: Callable[[str], None] | None = None
@@ -125,9 +133,21 @@ class Worker:
         self.socket = self._connect(delay_s)
         self.connections += 1
 
-    def _disconnected(self) -> None:
-        """The broker sent DISCONNECT: register again, at once unless it looks refused."""
+    def _disconnected(self, passive: bool) -> None:
+        """The broker sent DISCONNECT: register again, at once unless it looks refused or
+        every broker was found passive (then in a heartbeat interval)."""
         now = time.monotonic()
+        if passive:
+            self.refusals = 0
+            self.passive = 1 if self.requested else self.passive + 1
+            if self.passive < len(self.endpoints):
+                self.reconnect("the broker is passive")
+                return
+            if self.passive == len(self.endpoints):
+                logger.info("worker {}: no broker serves (passive); READY again every {:g} s",
+                            self.service.decode(), self.heartbeat_interval_s)
+            self.reconnect("the broker is passive", self.heartbeat_interval_s)
+            return
         if self.requested or self._ready_at is not None or (
                 now - self.ready_sent_at > REFUSED_WITHIN_S):
             self.refusals = 0
@@ -158,9 +178,11 @@ class Worker:
                 self.requested = True
                 requests.append(Request(client=frames[2], body=frames[4:]))
             elif command == mdp.W_DISCONNECT:
-                self._disconnected()
+                self._disconnected(frames[2:] == [mdp.PASSIVE])
                 return requests
-            elif command != mdp.W_HEARTBEAT:
+            elif command == mdp.W_HEARTBEAT:
+                self.passive = 0  # registered: a broker serves us
+            else:
                 logger.warning("worker {}: unexpected command {!r}", self.service.decode(),
                                command)
 

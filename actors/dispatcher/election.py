@@ -1,21 +1,22 @@
 """Leader election among dispatchers sharing one PostgreSQL database, fenced by the
-database (docs/operations.md, "Several dispatchers"; the rules: role.py).
+database (docs/operations.md, "Several dispatchers"; the rules: role.py; the lease and its
+fencing token: lease.py).
 
-The lock is a session-level advisory lock (``pg_try_advisory_lock``) taken on the very
-connection the store commits through. That connection is the fence: while it lives the
-lock is held; when it dies (the process killed, the server's TCP keepalives dropping a
-host cut off) the server releases the lock, and every later commit of the deposed leader
-fails on the dead connection (the dispatcher then stops, process.py). So no two
-dispatchers ever commit decisions at once, whoever believes what.
+The leader holds a lease in the database, renewed every :data:`lease.RENEW_EVERY_S`; a
+standby takes it over when the leader's session is gone (kill -9) or its lease expired (a
+leader cut off: it is replaced at the lease's end, :func:`lease.lease_s`, whatever the
+server's TCP keepalives). Every turn of a leader checks its fencing token in its own
+transaction, so a deposed leader's next commit fails (the dispatcher then stops,
+process.py) and no two dispatchers ever commit decisions at once, whoever believes what.
 
 A standby (:func:`wait_to_lead`) runs a small loop of its own before the actor is built: no
 worker registers the ``dispatcher`` service, the supervisor's beacon beats, its role is
-logged and published (``lea:dispatcher_role``), and while its own broker serves it tries the
-lock every :data:`TRY_EVERY_S`. Once it holds it, the dispatcher loads the state from the
-database (the recovery of a restart) and serves. A leader watches its broker
-(:class:`Leadership`): when it no longer serves, the leader steps down (the process exits
-with :data:`STEPPED_DOWN_EXIT`, releasing the lock; the supervisor starts it again, a
-standby).
+logged and published (``lea:dispatcher_role``), and while its own broker serves it tries
+the lease every :data:`TRY_EVERY_S`. Once it holds it, the dispatcher loads the state from
+the database (the recovery of a restart) and serves. A leader (:class:`Leadership`) renews
+its lease and watches its broker: when the broker no longer serves, or the lease is no
+longer ours, the leader steps down (the process exits with :data:`STEPPED_DOWN_EXIT`; the
+supervisor starts it again, a standby).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import zmq
 from loguru import logger
 
 from actors.base import Actor
+from actors.dispatcher import lease
+from actors.dispatcher.lease import LeaseDb
 from actors.dispatcher.role import (
     BrokerSaid,
     Do,
@@ -40,7 +43,6 @@ from actors.dispatcher.role import (
     brokers_serve,
     decide,
 )
-from actors.dispatcher.store_db import StoreDb
 from messages.events import DISPATCHER_ROLE
 from runtime.settings import Settings
 from transport import mdp
@@ -48,17 +50,15 @@ from transport.bus import Publisher
 from transport.frames import recv_frames
 from transport.poll_loop import PollLoop, Timers
 
-LOCK = "lea.dispatcher.leader"
-"""The advisory lock's name (its key: ``hashtext`` of it, in the store's database)."""
 TRY_EVERY_S = 0.25
-"""How often a standby whose broker serves tries the lock."""
+"""How often a standby whose broker serves tries the lease."""
 ASK_EVERY_S = 0.5
 """How often our broker is asked whether it serves (``mmi.broker``)."""
 ANSWER_S = 1.0
 """An ask not answered in this time is given up (a new socket: the broker may have
 restarted)."""
 FRESH_S = 2.0
-"""A standby tries the lock only on an answer this recent."""
+"""A standby tries the lease only on an answer this recent."""
 ROLE_EVERY_S = 5.0
 """``lea:dispatcher_role`` is told again this often (the bus keeps nothing)."""
 STEPPED_DOWN_EXIT = 3
@@ -74,13 +74,6 @@ def silent_s(settings: Settings) -> float:
     """How long a leader's broker may say nothing before the leader steps down: twice the
     time its workers take to give the broker up, :data:`SILENT_MIN_S` at least."""
     return max(2 * settings.heartbeat_expiry_s, SILENT_MIN_S)
-
-
-def try_lock(db: StoreDb) -> bool:
-    """Take the leader's lock on the store's connection if nobody holds it; never waits.
-    Held until the session ends (a lost connection is the store's ``on_lost``)."""
-    row = db.execute("SELECT pg_try_advisory_lock(hashtext(?))", (LOCK,)).fetchone()
-    return bool(row[0])
 
 
 class BrokerWatch:
@@ -172,9 +165,9 @@ def tell_role(publish: Callable[..., None], role: Role, said: BrokerSaid | None)
             broker_role=said.role if said else None, broker_state=said.state if said else None)
 
 
-def wait_to_lead(settings: Settings, db: StoreDb) -> None:
-    """Return once this process holds the leader's lock; a standby until then. A stop
-    signal meanwhile ends the process (exit 0): nothing was decided."""
+def wait_to_lead(settings: Settings, db: LeaseDb) -> None:
+    """Return once this process holds the leader's lease (``db.fence_token`` set); a standby
+    until then. A stop signal meanwhile ends the process (exit 0): nothing was decided."""
     ctx: zmq.Context[Any] = zmq.Context()
     loop = PollLoop("dispatcher")
     brokers = Brokers(ctx, settings)
@@ -182,13 +175,14 @@ def wait_to_lead(settings: Settings, db: StoreDb) -> None:
     timers = Timers("dispatcher")
     led = False
     said_standby = False
+    held_for = lease.lease_s(settings.heartbeat_expiry_s)
 
     def standby() -> None:
         nonlocal said_standby
         if not said_standby:
             said_standby = True
             logger.info("dispatcher: standby (another dispatcher leads, or our broker does "
-                        "not serve): trying the leader's lock every {}s while our broker "
+                        "not serve): trying the leader's lease every {}s while our broker "
                         "serves", TRY_EVERY_S)
         tell_role(bus.publish, Role.STANDBY, brokers.said)
 
@@ -197,7 +191,7 @@ def wait_to_lead(settings: Settings, db: StoreDb) -> None:
         if led:
             return
         if decide(Role.STANDBY, brokers.serve(now, FRESH_S)) is Do.TRY_LOCK:
-            led = after_try(try_lock(db))[1] is Do.LEAD
+            led = after_try(lease.take(db, held_for))[1] is Do.LEAD
             if led:
                 loop.stop()
             elif not said_standby:
@@ -218,22 +212,26 @@ def wait_to_lead(settings: Settings, db: StoreDb) -> None:
     if not led:
         db.close()
         raise SystemExit(0)
-    logger.info("dispatcher: leader: holds the leader's lock; loading the replays")
+    logger.info("dispatcher: leader: holds the leader's lease (fencing token {}); loading "
+                "the replays", db.fence_token)
 
 
 class Leadership:
-    """The leader's side, in the actor's loop: watches our broker and steps down when it no
-    longer serves (role.py): the actor stops, and its process exits
-    :data:`STEPPED_DOWN_EXIT`, which releases the lock."""
+    """The leader's side, in the actor's loop: renews the lease and watches our broker; steps
+    down when the broker no longer serves or the lease is another's (role.py): the actor
+    stops, and its process exits :data:`STEPPED_DOWN_EXIT`."""
 
-    def __init__(self, settings: Settings, actor: Actor) -> None:
+    def __init__(self, settings: Settings, actor: Actor, db: LeaseDb) -> None:
         self.brokers = Brokers(actor.ctx, settings)
         self.role = Role.LEADER
         self._actor = actor
+        self._db = db
+        self._lease_s = lease.lease_s(settings.heartbeat_expiry_s)
         self._silent_s = silent_s(settings)
         self._since = time.monotonic()
         self.brokers.attach(actor.poll_loop)
         actor.every(TRY_EVERY_S, self.check)
+        actor.every(lease.RENEW_EVERY_S, self.renew)
         actor.every(ROLE_EVERY_S, lambda _now: self.tell())
 
     @property
@@ -243,6 +241,14 @@ class Leadership:
     def tell(self) -> None:
         tell_role(self._actor.publish, self.role, self.brokers.said)
 
+    def renew(self, _now: float) -> None:
+        """Renew the lease; step down if it is no longer ours. Skipped while a turn's
+        transaction is open (its fence holds the row; the next renewal comes soon)."""
+        if self.stepped_down or self._db.in_transaction:
+            return
+        if not lease.renew(self._db, self._lease_s):
+            self._step_down("the leader's lease is another dispatcher's now")
+
     def check(self, now: float) -> None:
         """Step down if our broker no longer serves."""
         if self.stepped_down:
@@ -251,14 +257,18 @@ class Leadership:
         if serves is None and now - self._since <= self._silent_s:
             return  # not heard yet since we lead: the silence allowed counts from then
         if decide(Role.LEADER, serves) is Do.STEP_DOWN:
-            self.role = Role.STANDBY
             said = self.brokers.said
             why = ("is silent" if said is None or serves is None
                    else f"says {said.state}, not active")
-            logger.warning("dispatcher: stepping down: our broker {}; giving the leader's "
-                           "lock back (exit {})", why, STEPPED_DOWN_EXIT)
-            self.tell()
-            self._actor.stop()
+            self._step_down(f"our broker {why}")
+
+    def _step_down(self, why: str) -> None:
+        self.role = Role.STANDBY
+        # The process exits: its session ends, which a standby takes for the lease's end.
+        logger.warning("dispatcher: stepping down: {}; leaving the lease (exit {})", why,
+                       STEPPED_DOWN_EXIT)
+        self.tell()
+        self._actor.stop()
 
     def close(self) -> None:
         self.brokers.close()

@@ -17,13 +17,15 @@ PostgreSQL"):
 
 The tables live in the schema ``dispatcher`` (the database may hold other stores). Each write
 of a replay bumps ``replays.version``. Dispatchers sharing the database take turns: one leads,
-holding an advisory lock on this connection, the others wait (election.py).
+holding the leader's lease, the others wait (election.py); each turn of the leader begins by
+checking its fencing token in the same transaction (lease.py).
 A lost connection is reported to ``on_lost`` (the dispatcher stops: what it holds in memory
 may be ahead of what is committed, and it restarts from the database).
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +33,7 @@ from typing import Any
 import psycopg
 from loguru import logger
 
+from actors.dispatcher import lease
 from actors.dispatcher.store import SCHEMA_VERSION
 from actors.dispatcher.store_db import StoreUnavailable
 from runtime import pg
@@ -68,7 +71,7 @@ CREATE INDEX IF NOT EXISTS reports_by_action ON reports (replay_id, action_id);
 CREATE TABLE IF NOT EXISTS requests (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id TEXT NOT NULL,
     kind TEXT NOT NULL, reply BYTEA NOT NULL, UNIQUE (request_id, kind));
-"""
+""" + lease.TABLE
 
 
 class PgDb(pg.Session):
@@ -77,6 +80,11 @@ class PgDb(pg.Session):
     is its own transaction."""
 
     versioned = True
+    pipelined = True
+    _pipeline: contextlib.ExitStack | None = None  # the turn's, while one is open
+    fence_token: int | None = None
+    """The leader's fencing token (lease.py), checked at the start of every turn; None: no
+    check (a standby commits nothing, a store read by a command decides nothing)."""
 
     def __init__(self, conn: psycopg.Connection[Any], on_lost: pg.OnLost | None = None
                  ) -> None:
@@ -124,5 +132,44 @@ class PgDb(pg.Session):
             logger.warning("dispatcher: the PostgreSQL server runs with fsync={}: a power "
                            "cut there can lose committed decisions", fsync[0])
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._pipeline is not None or super().in_transaction
+
     def begin(self) -> None:
-        self.execute("BEGIN")
+        """Open the turn's transaction in pipeline mode: its statements go out without
+        waiting for their results, which all come back with the COMMIT's, one round trip
+        for the turn (a read that needs its rows waits for them: store.py reads none in a
+        turn). The fence first (lease.py): another dispatcher leads, and the turn fails."""
+        self._pipeline = contextlib.ExitStack()
+        try:
+            self._pipeline.enter_context(self.conn.pipeline())
+            self.execute("BEGIN")
+            if self.fence_token is not None:
+                self.execute(f"SELECT {SCHEMA}.fence(?)", (self.fence_token,))
+        except BaseException:
+            self.rollback()
+            raise
+
+    def commit(self) -> None:
+        """COMMIT, and every result of the turn with it; raises (the server's error of the
+        first statement that failed) if the turn was not committed."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is None:
+            super().commit()
+            return
+        try:
+            done = self.conn.execute(b"COMMIT")
+            pipeline.close()  # sends the turn and waits for its results
+        except psycopg.OperationalError as exc:
+            self._lost(exc)
+            raise
+        if done.statusmessage != "COMMIT":
+            raise RuntimeError(f"the transaction was not committed ({done.statusmessage})")
+
+    def rollback(self) -> None:
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            with contextlib.suppress(psycopg.Error):  # the error that led here is raised
+                pipeline.close()
+        super().rollback()

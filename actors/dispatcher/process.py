@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from loguru import logger
 
@@ -77,6 +77,9 @@ from messages.replay import (
 from runtime.settings import Settings
 from transport.client import CallFailed
 
+if TYPE_CHECKING:
+    from actors.dispatcher.lease import LeaseDb
+
 _C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
 
 # Acknowledged outbox rows are deleted in batches, in the next transaction or on a timer: a
@@ -123,7 +126,9 @@ class DispatcherActor(Actor):
         # a standby waits here, no worker registered, until it leads (election.py).
         self.store = _open_store(settings)
         super().__init__(settings)
-        self.leadership = Leadership(settings, self) if settings.database_url else None
+        # On PostgreSQL the store's session is a lease.LeaseDb (pg_store.PgDb).
+        self.leadership = (Leadership(settings, self, cast("LeaseDb", self.store.db))
+                           if settings.database_url else None)
         self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
@@ -288,7 +293,7 @@ class DispatcherActor(Actor):
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
         try:
-            self.store.commit_decision(decision, record, sent=self._sent, harden=False)
+            self.store.stage(decision.writes, decision.effects, record, sent=self._sent)
         except Exception:
             if self._grouped:  # the turn is rolled back: its replies must not go out
                 self._stop_on_disk_failure()

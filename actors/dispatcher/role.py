@@ -34,9 +34,9 @@ class Do(StrEnum):
     """What the election does next."""
 
     WAIT = "wait"  # nothing now; look again at the next tick
-    TRY_LOCK = "try_lock"  # ask the database for the lock (pg_try_advisory_lock)
-    LEAD = "lead"  # the lock is ours: load the state, register, serve
-    STEP_DOWN = "step_down"  # give the lock back: the process exits and comes back standby
+    TRY_LOCK = "try_lock"  # ask the database for the lease (lease.take)
+    LEAD = "lead"  # the lease is ours: load the state, register, serve
+    STEP_DOWN = "step_down"  # leave the lease: the process exits and comes back standby
 
 
 @dataclass(frozen=True, slots=True)

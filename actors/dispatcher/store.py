@@ -117,6 +117,7 @@ class SqliteDb:
     WAL checkpointed off the loop (syncer.py)."""
 
     versioned = False
+    pipelined = False
 
     def __init__(self, path: Path, sync_interval_s: float = SYNC_INTERVAL_S) -> None:
         # FULL: every COMMIT fsyncs the WAL, which hardens every earlier commit too (one
@@ -184,8 +185,15 @@ class DispatcherStore:
         self.staged = 0  # decisions in the open transaction (0: none open)
         self._staged_known: set[str] = set()
         self._staged_resolved: dict[str, int] = {}
+        # The turn's outbox rows: their ids, or where to read them at the commit (pipelined).
+        self._outbox_rows: list[tuple[Rows | int, Effect]] = []
         self._known: set[str] = set()  # replays whose immutable head is in the database
         self._resolved_written: dict[str, int] = {}  # replay_id -> entries of ``resolved``
+
+    @property
+    def db(self) -> StoreDb:
+        """The database the store runs on (the election renews its lease there)."""
+        return self._db
 
     @classmethod
     def in_dir(cls, data_dir: str | Path, **kwargs: Any) -> DispatcherStore:
@@ -248,11 +256,10 @@ class DispatcherStore:
 
     def stage(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
               request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = ()
-              ) -> list[tuple[int, Effect]]:
+              ) -> None:
         """Write changed replays, the reports log and the outbox in the turn's transaction
-        (begun by the first stage of a turn); :meth:`harden` commits them all.
-
-        Returns the outbox rows written ``(outbox_id, effect)``. ``RecordReport`` effects go
+        (begun by the first stage of a turn); :meth:`harden` commits them all and returns
+        the outbox rows written ``(outbox_id, effect)``. ``RecordReport`` effects go
         to the reports log; only :data:`OUTBOX_EFFECTS` go to the outbox, the others are for
         the caller to perform (see there why). ``request`` ``(request_id, kind, reply)``
         records the control request this decision applies, with its encoded reply (see
@@ -261,7 +268,6 @@ class DispatcherStore:
         anything of it, nor go on from its memory (the dispatcher stops, docs/durability.md).
         """
         replays = list(replays)
-        written: list[tuple[int, Effect]] = []
         if not self._db.in_transaction:
             self._db.begin()
         try:
@@ -279,9 +285,12 @@ class DispatcherStore:
                         raise TypeError(f"not an effect: {effect!r}")
                     continue
                 body = effect_to_dict(effect)
-                (oid,) = db.execute("INSERT INTO outbox (kind, body) VALUES (?, ?) RETURNING id",
-                                    (body["kind"], _pack(body))).fetchone()
-                written.append((oid, effect))
+                # Its id is read at the commit (harden): on PostgreSQL the turn's statements
+                # go out without waiting for their results (pg_store.py).
+                rows = db.execute("INSERT INTO outbox (kind, body) VALUES (?, ?) RETURNING id",
+                                  (body["kind"], _pack(body)))
+                self._outbox_rows.append((rows if db.pipelined else int(rows.fetchone()[0]),
+                                          effect))
             if request is not None:
                 db.execute("INSERT INTO requests (request_id, kind, reply) VALUES (?, ?, ?)",
                            request)
@@ -291,29 +300,35 @@ class DispatcherStore:
             self.rollback()
             raise
         self.staged += 1
-        return written
 
-    def harden(self) -> None:
-        """Commit the turn's transaction: one fsync for every decision staged in it. Raises
-        (and rolls back) if the commit fails."""
+    def harden(self) -> list[tuple[int, Effect]]:
+        """Commit the turn's transaction: one fsync for every decision staged in it; the
+        outbox rows it wrote ``(outbox_id, effect)``. Raises (and rolls back) if the commit
+        fails."""
         if not self._db.in_transaction:
             self.staged = 0
-            return
+            return []
         try:
             self._db.commit()
+            written = [(rows if isinstance(rows, int) else int(rows.fetchone()[0]), effect)
+                       for rows, effect in self._outbox_rows]
         except BaseException:
             self.rollback()
             raise
+        self._outbox_rows.clear()
         # Only once committed: a rolled-back transaction must be rewritten in full next time.
         self._known.update(self._staged_known)
         self._resolved_written.update(self._staged_resolved)
         self._staged_known.clear()
         self._staged_resolved.clear()
         self.staged = 0
-        self.durable_outbox_id = self._max_outbox_id()
+        # The ids come from a sequence: the turn's are above every earlier one.
+        self.durable_outbox_id = max([self.durable_outbox_id, *(i for i, _ in written)])
+        return written
 
     def rollback(self) -> None:
         """Forget the turn's transaction."""
+        self._outbox_rows.clear()
         self._db.rollback()
         self._staged_known.clear()
         self._staged_resolved.clear()
@@ -323,9 +338,8 @@ class DispatcherStore:
                request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = ()
                ) -> list[tuple[int, Effect]]:
         """:meth:`stage` then :meth:`harden`: durable on return."""
-        written = self.stage(replays, effects, request, sent=sent)
-        self.harden()
-        return written
+        self.stage(replays, effects, request, sent=sent)
+        return self.harden()
 
     def commit_decision(self, decision: Decision,
                         request: tuple[str, str, bytes] | None = None, *,
@@ -333,10 +347,16 @@ class DispatcherStore:
                         ) -> list[tuple[int, Effect]]:
         """:meth:`stage` (and :meth:`harden`) of a decision: the replays it writes and its
         effects."""
-        written = self.stage(decision.writes, decision.effects, request, sent=sent)
-        if harden:
-            self.harden()
-        return written
+        self.stage(decision.writes, decision.effects, request, sent=sent)
+        return self.harden() if harden else self._staged_rows()
+
+    def _staged_rows(self) -> list[tuple[int, Effect]]:
+        """The outbox rows staged in the open turn, their ids read now (on PostgreSQL the
+        wait for the turn's results so far: the dispatcher's loop stages without it)."""
+        read = [(rows if isinstance(rows, int) else int(rows.fetchone()[0]), e)
+                for rows, e in self._outbox_rows]
+        self._outbox_rows = list(read)
+        return read
 
     def reply_for(self, request_id: str, kind: str) -> bytes | None:
         """The reply recorded for control request ``request_id`` of ``kind``, if applied."""

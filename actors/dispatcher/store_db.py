@@ -29,6 +29,10 @@ class StoreDb(Protocol):
     """``replays`` has a ``version`` column, bumped by every write of a replay (PostgreSQL:
     dispatchers sharing a database serialise a replay's decisions on it)."""
 
+    pipelined: bool
+    """A turn's statements go out without waiting for their results, which come with the
+    commit's (PostgreSQL's pipeline mode): a turn reads a result only after :meth:`commit`."""
+
     @property
     def in_transaction(self) -> bool: ...
 

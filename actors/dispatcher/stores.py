@@ -4,16 +4,19 @@ PostgreSQL when ``database_url`` (``LEA_DATABASE_URL``) is set (docs/operations.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from actors.dispatcher.store import DispatcherStore
-from actors.dispatcher.store_db import StoreDb
 from runtime.liveness import Beacon
 from runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from actors.dispatcher.lease import LeaseDb
 
 
 def open_store(settings: Settings,
                on_lost: Callable[[BaseException], None] | None = None,
-               lead: Callable[[StoreDb], None] | None = None) -> DispatcherStore:
+               lead: Callable[[LeaseDb], None] | None = None) -> DispatcherStore:
     """The dispatcher's store as ``settings`` say. ``on_lost``: called when the database
     connection is lost (PostgreSQL). ``lead(db)``: on PostgreSQL, returns once this process
     leads (election.py); the store reads the database only then. Raises

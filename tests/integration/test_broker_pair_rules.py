@@ -1,10 +1,13 @@
 """The rules that keep a broker pair from having two active brokers, on real broker processes
 (docs/operations.md, "A broker pair"): a backup that never saw its primary never serves; a
-passive broker that lost its peer stays passive until a peer comes to it, then serves."""
+passive broker that lost its peer stays passive until a peer comes to it, then serves; an
+operator sees where each broker stands (``run.py brokers``, ``run.py ping mmi.broker``)."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,8 @@ def test_a_backup_that_never_saw_its_primary_turns_peers_away(
         def refused_twice() -> bool:  # its READY is answered DISCONNECT, again and again
             worker.drain()
             worker.tick()
-            return worker.refusals >= 2
+            # As a passive broker: no refusal of the worker's, which asks again each beat.
+            return worker.passive >= 2 and worker.refusals == 0
 
         wait_until(refused_twice, timeout=30)
         state = said(b)
@@ -57,8 +61,15 @@ def test_a_passive_broker_that_lost_its_peer_serves_only_once_a_peer_comes(
     wait_until(lambda: broker_state(a) is not None
                and said(a)["state"] == "active" and said(b)["state"] == "passive",
                timeout=30)
+    operator = {**lea_env, **tree_env}  # given both brokers, as a command on server A
+    assert brokers(operator) == (0, [(a, "primary", "active"), (b, "backup", "passive")])
+    pinged = subprocess.run(python_argv("run.py", "ping", "mmi.broker", "--json"),
+                            env=operator, capture_output=True, text=True, timeout=60)
+    assert pinged.returncode == 0, pinged.stderr
+    assert json.loads(json.loads(pinged.stdout)["answer"])["state"] == "active"
     primary.send_signal(signal.SIGKILL)
     primary.wait(timeout=10)
+    assert brokers(operator) == (1, [(a, None, "unreachable"), (b, "backup", "passive")])
     # The backup has lost its peer (past the expiry) but no client nor worker came:
     # it stays passive, whatever the time (mmi.broker does not count as one coming).
     wait_until(lambda: (said(b)["peer_heard_s_ago"] or 0) > 2 * expiry_s, timeout=30)
@@ -78,3 +89,11 @@ def test_a_passive_broker_that_lost_its_peer_serves_only_once_a_peer_comes(
     finally:
         worker.close()
         ctx.destroy(linger=0)
+
+
+def brokers(env: dict[str, str]) -> tuple[int, list[tuple[str, str | None, str]]]:
+    """``run.py brokers``: its exit status, and (endpoint, role, state) per broker."""
+    shown = subprocess.run(python_argv("run.py", "brokers", "--json", "--timeout", "1"),
+                           env=env, capture_output=True, text=True, timeout=60)
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    return shown.returncode, [(r["endpoint"], r.get("role"), r["state"]) for r in rows]

@@ -1,8 +1,9 @@
 """The role of a dispatcher sharing PostgreSQL (actors/dispatcher/role.py): who competes for
-the leader's lock, when a leader steps down, how a broker's ``mmi.broker`` answer is read;
-and the lock itself on a real server (election.py). A standby must never try the lock while
-its broker does not serve (it would lead on a server nothing reaches); a leader must give
-it back as soon as its broker stops serving."""
+the leader's lease, when a leader steps down, how a broker's ``mmi.broker`` answer is read;
+and the lease and its fencing token on a real server (lease.py). A standby must never try
+the lease while its broker does not serve (it would lead on a server nothing reaches); a
+leader must leave it as soon as its broker stops serving; a leader cut off is replaced at
+its lease's end, and nothing it began commits after."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 import psycopg
 import pytest
 
-from actors.dispatcher.election import try_lock
+from actors.dispatcher import lease
 from actors.dispatcher.pg_store import PgDb
 from actors.dispatcher.role import (
     BrokerSaid,
@@ -22,6 +23,7 @@ from actors.dispatcher.role import (
     brokers_serve,
     decide,
 )
+from tests.conftest import wait_until
 
 S, L = Role.STANDBY, Role.LEADER
 
@@ -87,24 +89,73 @@ def test_a_leader_steps_down_when_its_broker_stops_serving_or_falls_silent() -> 
     assert decide(L, None) is Do.STEP_DOWN
 
 
-def test_the_lock_is_held_by_one_session_and_ends_with_it(pg_url: str) -> None:
-    """The fence, on a real server: one session holds the leader's lock, others are refused
-    it; when the leader's session ends (the server drops it, as for a host cut off) its
-    commits fail and another takes the lock."""
+def test_one_session_holds_the_lease_and_a_killed_leaders_is_taken_at_once(
+        pg_url: str) -> None:
+    """A live leader's lease is nobody else's; when its session ends (kill -9 of the
+    leader) a standby takes the lease at once, long before it would expire."""
+    leader, standby = PgDb.connect(pg_url), PgDb.connect(pg_url)
+    try:
+        assert lease.take(leader, hold_s=600) is True
+        first = leader.fence_token
+        assert first is not None
+        assert lease.take(standby, hold_s=600) is False
+        assert lease.renew(leader, hold_s=600) is True
+        assert lease.take(standby, hold_s=600) is False
+        leader.close()  # its backend ends a moment later: the standby's next look takes it
+        wait_until(lambda: lease.take(standby, hold_s=600), timeout=10, interval=0.05)
+        assert standby.fence_token == first + 1
+    finally:
+        standby.close()
+
+
+def test_an_expired_lease_is_taken_over_and_the_cut_off_leaders_turn_never_commits(
+        pg_url: str) -> None:
+    """The leader cut off in the middle of a turn (its transaction open, the lease's row
+    held by its fence): once the lease expired a standby ends that session, takes the lease
+    without waiting for the server's TCP keepalives, and the old turn never commits."""
     lost: list[BaseException] = []
     leader = PgDb.connect(pg_url, on_lost=lost.append)
     standby = PgDb.connect(pg_url)
-    assert try_lock(leader) is True
-    assert try_lock(standby) is False
-    assert try_lock(standby) is False
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks "
-                      "WHERE locktype = 'advisory' AND granted")
-    with pytest.raises(psycopg.OperationalError):
+    standby.execute("SET lock_timeout = '5s'")  # a lock left to the old session: fails
+    try:
+        assert lease.take(leader, hold_s=0.5) is True
         leader.begin()
         leader.execute("INSERT INTO meta VALUES ('deposed', 'x')")
-        leader.commit()
-    assert len(lost) == 1
-    assert try_lock(standby) is True
-    assert standby.execute("SELECT count(*) FROM meta WHERE key = 'deposed'").fetchone()[0] == 0
-    standby.close()
+        # No renewal comes: the standby's looks take the lease once it has expired.
+        wait_until(lambda: lease.take(standby), timeout=10, interval=0.05)
+        with pytest.raises(psycopg.OperationalError):
+            leader.commit()
+        assert len(lost) == 1
+        assert standby.execute("SELECT count(*) FROM meta WHERE key = 'deposed'"
+                               ).fetchone()[0] == 0
+        assert lease.renew(standby) is True
+    finally:
+        standby.close()
+
+
+def test_a_deposed_leaders_turn_fails_its_fence_and_its_renewal(pg_url: str) -> None:
+    """A session that still believes it leads, with an old token (another took the lease
+    since): the turn it begins is refused in its own transaction, its renewal too."""
+    old, new = PgDb.connect(pg_url), PgDb.connect(pg_url)
+    try:
+        assert lease.take(old, hold_s=600) is True
+        stale = old.fence_token
+        old.close()  # its session is gone: the other takes over at once
+        wait_until(lambda: lease.take(new, hold_s=600), timeout=10, interval=0.05)
+        believer = PgDb.connect(pg_url)
+        believer.fence_token = stale
+        with pytest.raises(psycopg.Error) as refused:
+            believer.begin()
+            believer.execute("INSERT INTO meta VALUES ('deposed', 'x')")
+            believer.commit()
+        assert refused.value.sqlstate == lease.DEPOSED
+        believer.rollback()
+        assert lease.renew(believer) is False
+        assert new.execute("SELECT count(*) FROM meta WHERE key = 'deposed'"
+                           ).fetchone()[0] == 0
+        new.begin()  # the leader's own turns pass the fence
+        new.execute("INSERT INTO meta VALUES ('led', 'x')")
+        new.commit()
+        believer.close()
+    finally:
+        new.close()

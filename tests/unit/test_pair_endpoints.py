@@ -137,6 +137,73 @@ def test_worker_with_one_endpoint_reconnects_to_it(ctx: Any) -> None:
     worker.close()
 
 
+def _disconnect(broker: zmq.Socket[bytes], worker: Worker, *reason: bytes) -> None:
+    """The broker answers the worker's READY with DISCONNECT (and ``reason``)."""
+    ready = received(broker)
+    assert ready is not None and ready[1:3] == [mdp.WORKER, mdp.W_READY]
+    broker.send_multipart([ready[0], mdp.WORKER, mdp.W_DISCONNECT, *reason])
+    deadline = time.monotonic() + 2.0
+    before = worker.connections
+    while worker.connections == before and time.monotonic() < deadline:
+        worker.socket.poll(10)
+        worker.drain()
+
+
+def _ready_in(worker: Worker) -> float:
+    """How long until the worker's READY goes (its next deadline while one waits)."""
+    return worker.next_deadline() - time.monotonic()
+
+
+def test_a_refused_ready_backs_off_doubling(ctx: Any) -> None:
+    a = router(ctx, "a")
+    worker = Worker(ctx, "inproc://a", "svc", 0.05, 3)
+    waits = []
+    for _ in range(4):
+        _disconnect(a, worker)  # at once after READY: a refusal
+        waits.append(_ready_in(worker))
+        worker.tick(time.monotonic() + 60)  # its READY goes now
+    assert worker.refusals == 4
+    assert waits[3] > 3 * waits[0], waits
+    worker.close()
+
+
+def test_a_passive_broker_is_asked_again_every_heartbeat_never_backing_off(ctx: Any) -> None:
+    a = router(ctx, "a")
+    worker = Worker(ctx, "inproc://a", "svc", 0.05, 3)
+    for _ in range(8):
+        _disconnect(a, worker, mdp.PASSIVE)
+        assert 0 < _ready_in(worker) <= worker.heartbeat_interval_s
+        worker.tick(time.monotonic() + 60)
+    assert worker.refusals == 0
+    worker.close()
+
+
+def test_a_passive_broker_sends_the_worker_to_the_other_at_once(ctx: Any) -> None:
+    a, b = router(ctx, "a"), router(ctx, "b")
+    worker = Worker(ctx, ["inproc://a", "inproc://b"], "svc", 0.05, 3)
+    _disconnect(a, worker, mdp.PASSIVE)
+    assert worker.endpoint == "inproc://b"
+    # Both passive: the worker asks again a heartbeat later, not at once.
+    _disconnect(b, worker, mdp.PASSIVE)
+    assert worker.endpoint == "inproc://a"
+    assert 0 < _ready_in(worker) <= worker.heartbeat_interval_s
+    assert received(a, 0) is None
+    worker.tick(time.monotonic() + 60)
+    ready = received(a)
+    assert ready is not None and ready[1:3] == [mdp.WORKER, mdp.W_READY]
+    # Registered (the broker's heartbeat): the next passive DISCONNECT moves it at once.
+    a.send_multipart([ready[0], mdp.WORKER, mdp.W_HEARTBEAT])
+    assert worker.socket.poll(2000)
+    worker.drain()
+    a.send_multipart([ready[0], mdp.WORKER, mdp.W_DISCONNECT, mdp.PASSIVE])
+    while worker.endpoint == "inproc://a":
+        assert worker.socket.poll(2000)
+        worker.drain()
+    ready = received(b)
+    assert ready is not None and ready[1:3] == [mdp.WORKER, mdp.W_READY]
+    worker.close()
+
+
 def test_sync_client_retries_on_the_other_broker(ctx: Any) -> None:
     a, b = router(ctx, "a"), router(ctx, "b")
 

@@ -34,6 +34,9 @@ POINT_HALF: Final = (0.10, 0.04)
 SCROLL_HALF: Final = (0.08, 0.10)
 TEXT_HALF_H: Final = 0.03
 """Half height of the row of text judged for typing."""
+POINTER_HALF: Final = (0.04, 0.03)
+"""Half width and height of the spot under the pointer where its hover highlight shows:
+the control the pointer is over (a toolbar button, a check box with its label)."""
 SMALL_FOCUS: Final = 0.02
 """A focus box up to this fraction of the screen is a control or a caret (Win32); a larger
 one is a whole window (X11), judged only when nothing finer is known."""
@@ -57,6 +60,12 @@ def point_of(step: ObserveStep) -> tuple[float, float] | None:
     pos = step.actual_position or {}
     x, y = pos.get("x_pct"), pos.get("y_pct")
     return None if x is None or y is None else (float(x), float(y))
+
+
+def pointer_spots(new: tuple[float, float], old: tuple[float, float]) -> tuple[Box, Box]:
+    """The spots under the pointer's new and previous positions: where a hover highlight
+    comes and goes when the pointer moves (screen_history.py, the pointer's trail)."""
+    return _around(*new, POINTER_HALF), _around(*old, POINTER_HALF)
 
 
 def site_of(step: ObserveStep, last_typed: Box | None) -> Site | None:

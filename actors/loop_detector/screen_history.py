@@ -18,12 +18,15 @@ click's box or the row typed into is small, so a clock elsewhere never counts; o
 it counts until it has been seen ticking while steps acted elsewhere or during a wait.
 Typing, a key, or a click that moved the pointer needs content no frame of the ring showed
 there (``novel_only``, core.py): a blinking caret, a character typed then erased, a hover
-highlight going from button to button, go back to a state seen. In the window acted in, away from
-the site, ``window_min`` tiles of content no frame of the ring showed, on tiles that had not
-changed lately and away from the places seen changing by themselves, are what the action
-caused (a row added to a list below the button): progress, and no noise. A wait is
-progress when ``wait_min`` tiles changed outside those places (a window or a message
-appeared).
+highlight going from button to button, go back to a state seen. What follows the pointer
+is no change at all: after a click that moved it, a faint change (``trail_tint``) at the
+spots under its previous and new positions (site.py) is its hover highlight, even the
+first time it is seen; a tick or a selected row drawn there is no tint and counts. In the
+window acted in, away from the site, ``window_min`` tiles of content no frame of the ring
+showed, on tiles that had not changed lately and away from the places seen changing by
+themselves, are what the action caused (a row added to a list below the button):
+progress, and no noise. A wait is progress when ``wait_min`` tiles changed outside those
+places (a window or a message appeared).
 
 Nowhere known (an older agent, a step without point or focus): the whole screen, where a
 change is progress when it lands on tiles that had not changed in the 16 transitions

@@ -10,7 +10,9 @@ window) as fractions of the screenshot (messages/dispatch.py ``ActionSite``). Fr
   starts at its left edge, wherever it was clicked), and the focus box;
 - a key without a point: where the replay last typed, and the focus box;
 - a scroll: a taller box around the point (the rows of the list move);
-- a ``wait``: no site, it is an observation of the whole screen.
+- a ``wait``: no site, it is an observation of the whole screen;
+- after a click that moved the pointer: the spots under its previous and new positions,
+  where its hover highlight comes and goes (``pointer_spots``).
 
 Unknown (no point, no site): the whole screen is judged as before (screen_history.py).
 Box sizes are fractions of the screenshot (README, "The loop detector").

@@ -39,7 +39,7 @@ from actors.loop_detector.clip import Vector, cosine
 from actors.loop_detector.config import LoopConfig
 from actors.loop_detector.pixel import BadScreenshot, Frame
 from actors.loop_detector.screen_history import Judgement, ScreenHistory
-from actors.loop_detector.site import Box, Site, box_mask, point_of, site_of
+from actors.loop_detector.site import Box, Site, box_mask, point_of, pointer_spots, site_of
 from messages import events
 from messages.loop import LOOP_DETECTED, LoopVerdict, ObserveStep
 
@@ -250,9 +250,12 @@ class LoopDetectorCore:
             grid = rings.screen.tiles(frame)
             mask = None if site is None else box_mask(site.boxes, grid)
             window = step.site.window if step.site is not None and performed else None
+            moved = _pointer_move(step, rings)
             transition = rings.screen.push(
-                frame, mask, observation=waited, novel_only=_going_back_is_none(step, rings),
-                acted_in=None if window is None else box_mask((window,), grid))
+                frame, mask, observation=waited,
+                novel_only=moved is not None or step.action_type in ("type", "key_combo"),
+                acted_in=None if window is None else box_mask((window,), grid),
+                trail=None if moved is None else box_mask(pointer_spots(*moved), grid))
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)
@@ -321,18 +324,22 @@ MOVED: Final = 0.002
 pointer."""
 
 
-def _going_back_is_none(step: ObserveStep, rings: _Rings) -> bool:
-    """Whether only content no frame of the ring showed counts where ``step`` acted
-    (docs/screens-and-pauses.md): typing or a key (a character typed, then erased, goes back
-    to a state seen), and a click that moved the pointer (a hover highlight that left one
-    control for another, then came back, is the pointer's trail, not progress). A click at
-    the same point keeps any change there: a check box ticked, then unticked."""
-    if step.action_type in ("type", "key_combo"):
-        return True
+def _pointer_move(step: ObserveStep, rings: _Rings
+                  ) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The pointer's new and previous positions if ``step`` is a click that moved it
+    (docs/screens-and-pauses.md). There, only content no frame of the ring showed counts
+    (a hover highlight that left one control for another, then came back, is the pointer's
+    trail, not progress), and a faint change at the two spots is the hover highlight
+    itself (screen_history.py). A click at the same point keeps any change there: a check
+    box ticked, then unticked. Typing or a key needs new content too (a character typed,
+    then erased, goes back to a state seen), decided by the caller."""
     point, last = point_of(step), rings.point
-    if step.action_type not in ("click", "double_click", "right_click") or point is None:
-        return False
-    return last is not None and max(abs(point[0] - last[0]), abs(point[1] - last[1])) > MOVED
+    if (step.action_type not in ("click", "double_click", "right_click") or point is None
+            or last is None):
+        return None
+    if max(abs(point[0] - last[0]), abs(point[1] - last[1])) <= MOVED:
+        return None
+    return point, last
 
 
 def _verdict(signal: str, evidence: dict[str, Any]) -> LoopVerdict:

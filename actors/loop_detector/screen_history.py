@@ -18,12 +18,15 @@ click's box or the row typed into is small, so a clock elsewhere never counts; o
 it counts until it has been seen ticking while steps acted elsewhere or during a wait.
 Typing, a key, or a click that moved the pointer needs content no frame of the ring showed
 there (``novel_only``, core.py): a blinking caret, a character typed then erased, a hover
-highlight going from button to button, go back to a state seen. In the window acted in, away from
-the site, ``window_min`` tiles of content no frame of the ring showed, on tiles that had not
-changed lately and away from the places seen changing by themselves, are what the action
-caused (a row added to a list below the button): progress, and no noise. A wait is
-progress when ``wait_min`` tiles changed outside those places (a window or a message
-appeared).
+highlight going from button to button, go back to a state seen. What follows the pointer
+is no change at all: after a click that moved it, a faint change (``trail_tint``) at the
+spots under its previous and new positions (site.py) is its hover highlight, even the
+first time it is seen; a tick or a selected row drawn there is no tint and counts. In the
+window acted in, away from the site, ``window_min`` tiles of content no frame of the ring
+showed, on tiles that had not changed lately and away from the places seen changing by
+themselves, are what the action caused (a row added to a list below the button):
+progress, and no noise. A wait is progress when ``wait_min`` tiles changed outside those
+places (a window or a message appeared).
 
 Nowhere known (an older agent, a step without point or focus): the whole screen, where a
 change is progress when it lands on tiles that had not changed in the 16 transitions
@@ -95,6 +98,11 @@ class HistoryParams:
     window_min: int = 16
     """After an input, this many tiles of new content in the window acted in, away from
     where it acted, are progress (a row added to a list below the button)."""
+    trail_tint: int = 32
+    """At the spots under the pointer's previous and new positions, a tile whose pixels
+    moved by at most this many grey levels is the hover highlight following the pointer
+    (a control's face tinted), not a mark drawn: below the faintest typed character
+    (pixel.py), a tick or a selected row."""
 
 
 DEFAULT_HISTORY = HistoryParams()
@@ -198,14 +206,18 @@ class ScreenHistory:
         return -(-frame.shape[0] // t), -(-frame.shape[1] // t)
 
     def push(self, frame: Frame, site: Mask | None = None, observation: bool = False,
-             novel_only: bool = False, acted_in: Mask | None = None) -> int | None:
+             novel_only: bool = False, acted_in: Mask | None = None,
+             trail: Mask | None = None) -> int | None:
         """Add the frame after a step; the serial of the transition it makes, if any.
 
         ``site``: the tiles where the step's action acted (site.py), None if unknown;
         ``observation``: the step was a wait (it acted nowhere); ``novel_only``: at the
         site, only content no frame of the ring showed counts (a key pressed where the
         caret blinks: the caret going back to a state seen is no progress); ``acted_in``:
-        the tiles of the window acted in, if known."""
+        the tiles of the window acted in, if known; ``trail``: after a click that moved
+        the pointer, the spots under its previous and new positions, where a faint change
+        (``trail_tint``) is the hover highlight following it: no change of the screen's
+        content, neither progress nor the screen moving by itself."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
@@ -213,7 +225,10 @@ class ScreenHistory:
             return None
         level = self.pixel.level
         p = self.params
-        changed: Mask = tile_difference(self.frames[-1], frame, self.pixel) > level
+        difference = tile_difference(self.frames[-1], frame, self.pixel)
+        changed: Mask = difference > level
+        if trail is not None:
+            changed &= ~(trail & (difference <= p.trail_tint))
         if self._changes is None or self._blocks is None or self._ambient is None:
             self._changes = np.zeros(changed.shape, np.uint16)
             self._ambient = np.zeros(changed.shape, np.uint16)

@@ -10,7 +10,9 @@ window) as fractions of the screenshot (messages/dispatch.py ``ActionSite``). Fr
   starts at its left edge, wherever it was clicked), and the focus box;
 - a key without a point: where the replay last typed, and the focus box;
 - a scroll: a taller box around the point (the rows of the list move);
-- a ``wait``: no site, it is an observation of the whole screen.
+- a ``wait``: no site, it is an observation of the whole screen;
+- after a click that moved the pointer: the spots under its previous and new positions,
+  where its hover highlight comes and goes (``pointer_spots``).
 
 Unknown (no point, no site): the whole screen is judged as before (screen_history.py).
 Box sizes are fractions of the screenshot (README, "The loop detector").
@@ -34,6 +36,9 @@ POINT_HALF: Final = (0.10, 0.04)
 SCROLL_HALF: Final = (0.08, 0.10)
 TEXT_HALF_H: Final = 0.03
 """Half height of the row of text judged for typing."""
+POINTER_HALF: Final = (0.04, 0.03)
+"""Half width and height of the spot under the pointer where its hover highlight shows:
+the control the pointer is over (a toolbar button, a check box with its label)."""
 SMALL_FOCUS: Final = 0.02
 """A focus box up to this fraction of the screen is a control or a caret (Win32); a larger
 one is a whole window (X11), judged only when nothing finer is known."""
@@ -57,6 +62,12 @@ def point_of(step: ObserveStep) -> tuple[float, float] | None:
     pos = step.actual_position or {}
     x, y = pos.get("x_pct"), pos.get("y_pct")
     return None if x is None or y is None else (float(x), float(y))
+
+
+def pointer_spots(new: tuple[float, float], old: tuple[float, float]) -> tuple[Box, Box]:
+    """The spots under the pointer's new and previous positions: where a hover highlight
+    comes and goes when the pointer moves (screen_history.py, the pointer's trail)."""
+    return _around(*new, POINTER_HALF), _around(*old, POINTER_HALF)
 
 
 def site_of(step: ObserveStep, last_typed: Box | None) -> Site | None:

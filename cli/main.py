@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit_cmd.add_arguments(sub.add_parser("audit", help="audit trail: show, verify, export, "
                                            "prune"))
+    from cli import queue_cmd
+
+    queue_cmd.add_arguments(sub.add_parser("queue", help="work queues: one workflow over many "
+                                           "items, on a pool of agents (docs/queues.md)"))
     keys_cmd.add_arguments(sub.add_parser("keys", help="CURVE key pairs (server, agents)"))
     from cli import accounts_cmd
 
@@ -191,6 +195,12 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
     return run(settings, args.workflow or EXAMPLE, ollama_stub=args.ollama_stub)
 
 
+def _queue(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.queue_cmd import run
+
+    return run(settings, args)
+
+
 def _keys(settings: Settings, args: argparse.Namespace) -> int:
     from cli.keys_cmd import run
 
@@ -219,6 +229,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "up": _up, "broker": _broker, "actor": _actor, "tap": _tap, "ping": _ping,
     "agent": _agent, "replay": _replay, "workflow": _workflow, "demo": _demo,
     "keys": _keys,
+    "queue": _queue,
     "console": _console,
     "audit": _audit,
     "accounts": _accounts,

@@ -67,6 +67,15 @@ from messages.dispatch import (
     TrackBatch,
     Untrack,
 )
+from messages.queue import (
+    AddItems,
+    AgentAvailable,
+    CreateQueue,
+    GetItem,
+    ItemCommand,
+    ListQueues,
+    ShowQueue,
+)
 from messages.replay import (
     CancelReplay,
     GetReplayStatus,
@@ -77,7 +86,8 @@ from messages.replay import (
 from runtime.settings import Settings
 from transport.client import CallFailed
 
-_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
+_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay, CreateQueue,
+             AddItems, ItemCommand)
 
 # Acknowledged outbox rows are deleted in batches, in the next transaction or on a timer: a
 # crash before that only sends their records again, which audit_log stores once.
@@ -115,7 +125,7 @@ class DispatcherActor(Actor):
     # the reports log (core.report). Control commands are not here: people control.
     agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {
         Ping: None, ActionReport: None, ClaimAttempt: _machine,
-        ActionProgress: _machine, AgentHello: _machine}
+        ActionProgress: _machine, AgentHello: _machine, AgentAvailable: _machine}
 
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +135,7 @@ class DispatcherActor(Actor):
         super().__init__(settings)
         self.leadership = Leadership(settings, self) if settings.database_url else None
         self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
+        self.core.book.queues.load(*self.store.load_queues())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
         self._grouped = False  # run(): decisions wait for the end of the turn (end_turn)
@@ -138,6 +149,15 @@ class DispatcherActor(Actor):
         self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
         self.handle(PauseReplay, self._once(self.operator_pause))
         self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
+        # Work queues (docs/queues.md): changes applied once per envelope, as replay controls.
+        self.handle(CreateQueue, self._once(lambda m: self.core.create_queue(m, time.time())))
+        self.handle(AddItems, self._once(lambda m: self.core.add_items(m, time.time())))
+        self.handle(ItemCommand, self._once(lambda m: self.core.item_command(m, time.time())))
+        self.handle(ListQueues, lambda m, _r: self.core.list_queues(m, time.time()).reply)
+        self.handle(ShowQueue, lambda m, _r: self.core.show_queue(m, time.time()).reply)
+        self.handle(GetItem, lambda m, _r: self.core.get_item(m).reply)
+        self.handle(AgentAvailable, lambda m, r: self._apply(self.core.agent_available(
+            m.model_copy(update={"machine_id": r.identity or m.machine_id}), time.time())))
         self.handle(ActionReport, self.on_report)
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
         self.handle(ClaimAttempt,

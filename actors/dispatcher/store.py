@@ -44,6 +44,7 @@ from actors.dispatcher.effects import (
     effect_from_dict,
     effect_to_dict,
 )
+from actors.dispatcher.queue_book import QueueDef, QueueItem
 from actors.dispatcher.state import (
     TERMINAL,
     DispatcherState,
@@ -85,6 +86,15 @@ CREATE INDEX IF NOT EXISTS reports_by_action ON reports (replay_id, action_id);
 CREATE TABLE IF NOT EXISTS requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, kind TEXT NOT NULL,
     reply BLOB NOT NULL, UNIQUE (request_id, kind));
+-- Work queues (docs/queues.md). A reference is unique within its queue whatever its item's
+-- state: the primary key says so, not a check before the insert.
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY, pool TEXT NOT NULL, max_attempts INTEGER NOT NULL,
+    created_at REAL NOT NULL, workflow BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS queue_items (
+    queue TEXT NOT NULL, reference TEXT NOT NULL, seq INTEGER NOT NULL, state TEXT NOT NULL,
+    body BLOB NOT NULL, PRIMARY KEY (queue, reference));
+CREATE INDEX IF NOT EXISTS queue_items_by_state ON queue_items (queue, state, seq);
 """
 
 _TERMINAL = tuple(sorted(TERMINAL))
@@ -247,8 +257,9 @@ class DispatcherStore:
     # Committing ---------------------------------------------------------------------------
 
     def stage(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
-              request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = ()
-              ) -> list[tuple[int, Effect]]:
+              request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = (),
+              queues: Sequence[QueueDef] = (), new_items: Sequence[QueueItem] = (),
+              items: Sequence[QueueItem] = ()) -> list[tuple[int, Effect]]:
         """Write changed replays, the reports log and the outbox in the turn's transaction
         (begun by the first stage of a turn); :meth:`harden` commits them all.
 
@@ -270,6 +281,7 @@ class DispatcherStore:
             for r in replays:
                 self._staged_resolved[r.replay_id] = self._write_replay(db, r)
                 self._staged_known.add(r.replay_id)
+            self._write_queues(db, queues, new_items, items)
             for effect in effects:
                 if isinstance(effect, RecordReport):
                     self._write_report(db, effect)
@@ -333,7 +345,9 @@ class DispatcherStore:
                         ) -> list[tuple[int, Effect]]:
         """:meth:`stage` (and :meth:`harden`) of a decision: the replays it writes and its
         effects."""
-        written = self.stage(decision.writes, decision.effects, request, sent=sent)
+        written = self.stage(decision.writes, decision.effects, request, sent=sent,
+                             queues=decision.new_queues, new_items=decision.new_items,
+                             items=decision.items)
         if harden:
             self.harden()
         return written
@@ -370,6 +384,34 @@ class DispatcherStore:
              for aid, res in reversed(list(islice(reversed(r.resolved.items()),
                                                   max(0, fresh))))])
         return len(r.resolved)
+
+    @staticmethod
+    def _write_queues(db: StoreDb, queues: Sequence[QueueDef], new_items: Sequence[QueueItem],
+                      items: Sequence[QueueItem]) -> None:
+        db.executemany(
+            "INSERT INTO queues (name, pool, max_attempts, created_at, workflow) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(q.name, q.pool, q.max_attempts, q.created_at,
+              _pack(q.workflow.model_dump(mode="json"))) for q in queues])
+        # A plain INSERT: a second item of one reference fails the transaction.
+        db.executemany(
+            "INSERT INTO queue_items (queue, reference, seq, state, body) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(i.queue, i.reference, i.seq, i.state, _pack(i.dump())) for i in new_items])
+        db.executemany(
+            "UPDATE queue_items SET state = ?, body = ? WHERE queue = ? AND reference = ?",
+            [(i.state, _pack(i.dump()), i.queue, i.reference) for i in items])
+
+    def load_queues(self) -> tuple[list[QueueDef], list[QueueItem]]:
+        """Every queue and every item (docs/queues.md)."""
+        queues = [QueueDef(name=name, pool=pool, max_attempts=int(attempts),
+                           created_at=float(created),
+                           workflow=Workflow.model_validate(_unpack(workflow)))
+                  for name, pool, attempts, created, workflow in self._db.execute(
+                      "SELECT name, pool, max_attempts, created_at, workflow FROM queues")]
+        items = [QueueItem.load(_unpack(body)) for (body,) in self._db.execute(
+            "SELECT body FROM queue_items ORDER BY seq")]
+        return queues, items
 
     def _write_report(self, db: StoreDb, rec: RecordReport) -> None:
         # Screenshots go to the audit trail (content-addressed); the log keeps their hashes.

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
     demo.add_argument("--ollama-stub", action="store_true",
                       help="Léa's contextual checks from a stand-in Ollama (no model here)")
+    demo.add_argument("--queue", action="store_true",
+                      help="a work queue of three patients on two workstations, one showing "
+                           "another patient's record (docs/queues.md)")
     from agent import command as agent_cmd
     from cli import keys_cmd, replay_cmd, workflow_cmd
 
@@ -190,6 +193,10 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _demo(settings: Settings, args: argparse.Namespace) -> int:
+    if args.queue:
+        from cli import demo_queue
+
+        return demo_queue.run(settings)
     from cli.demo import EXAMPLE, run
 
     return run(settings, args.workflow or EXAMPLE, ollama_stub=args.ollama_stub)

@@ -54,6 +54,7 @@ ROLES: Final = ("active", "backup")
 
 STEPS: Final = "lea_steps_completed"
 PAUSES: Final = "lea_pauses"
+AT_RISK: Final = "lea_queue_items_at_risk"
 OVERHEAD: Final = "lea_step_overhead_seconds"
 ACTION: Final = "lea_action_duration_seconds"
 
@@ -132,6 +133,8 @@ class Tracker:
         if topic == events.REPLAY_PAUSED:
             self.reported.pop(_text(d.get("replay_id")), None)
             return [Update("inc", PAUSES, (_text(d.get("reason"), "unknown"),))]
+        if topic == events.QUEUE_ITEM_AT_RISK:
+            return [Update("inc", AT_RISK, (_text(d.get("queue"), "unknown"),))]
         if topic == events.ACTION_DISPATCHED:
             return self._dispatched(d, at)
         if topic == events.ACTION_ACKED:
@@ -264,6 +267,8 @@ class Metrics:
             STEPS: Counter(STEPS, "Steps completed (rate() gives steps per second)",
                            registry=r),
             PAUSES: Counter(PAUSES, "Replay pauses by reason", ["reason"], registry=r),
+            AT_RISK: Counter(AT_RISK, "Work items that became at risk of missing their "
+                             "deadline (docs/queues.md)", ["queue"], registry=r),
         }
         self._histograms = {
             OVERHEAD: Histogram(OVERHEAD, "The dispatcher's time from a step's report to the "

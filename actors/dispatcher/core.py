@@ -48,6 +48,7 @@ from actors.dispatcher import (
     agent_inputs,
     consult_inputs,
     control_inputs,
+    queue_deadlines,
     queue_inputs,
     watchdog_inputs,
 )
@@ -73,6 +74,7 @@ from messages.queue import (
     ShowQueue,
 )
 from messages.replay import (
+    Ack,
     CancelReplay,
     GetReplayStatus,
     ResumeReplay,
@@ -172,6 +174,11 @@ class DispatcherCore:
 
     def agent_available(self, msg: AgentAvailable, now: float) -> Decision:
         return queue_inputs.available(self.book.begin(now), msg)
+
+    def check_deadlines(self, now: float) -> Decision:
+        tx = self.book.begin(now)
+        queue_deadlines.check(tx)
+        return tx.done(Ack(status="checked"))
 
     # The watchdog (watchdog_inputs) -------------------------------------------------------
 

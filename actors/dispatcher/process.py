@@ -96,6 +96,8 @@ _FLUSH_SENT_S = 0.2
 # trips per step (a large share of the tree's work per step: bench/turnaround.py measures
 # it): its timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
+_DEADLINES_S = 5.0
+"""How often work items waiting are checked against their deadlines (queue_deadlines.py)."""
 DISK_FAILURE_EXIT = 75
 """Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
 STORE_UNAVAILABLE_EXIT = 69
@@ -183,6 +185,10 @@ class DispatcherActor(Actor):
         self.every(_AUDIT_S, self.audit.tick)
         self.every(BACKLOG_EVERY_S, lambda _now: self._report_backlog())
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
+        self.every(_DEADLINES_S, self._check_deadlines)
+
+    def _check_deadlines(self, _now: float) -> None:
+        self._apply(self.core.check_deadlines(time.time()))
 
     def _report_backlog(self) -> None:
         """``lea:audit_backlog``: the audit records the outbox still holds."""

@@ -7,8 +7,10 @@ dispatcher's queue handlers (queue_inputs.py) apply the answers.
   deadline, then age (:func:`order_key`).
 - The replay of an item pauses for a reason:
   - a *business* reason (the record or the screen is not what the procedure expects: target
-    not found, identity mismatch, a screen check failed...): ``business_failure``, the replay
-    ends, never retried by itself;
+    not found, a screen check failed...): ``business_failure``, the replay ends, never
+    retried by itself;
+  - another patient's identifier on the screen (``identity_mismatch``): ``needs_person``,
+    the replay stays paused on that workstation, before any further input;
   - a *system* reason (the workstation or the link failed) before the item's first input:
     the replay ends and the item is tried again on any agent of the pool, up to the queue's
     ``max_attempts``, then ``failed``;
@@ -38,9 +40,12 @@ BUSINESS_REASONS: frozenset[str] = frozenset(
         rules.AMBIGUOUS_TARGET,
         rules.WRONG_WINDOW,
         rules.ACTION_FAILED,
-        IDENTITY_MISMATCH,
     }
 )
+PERSON_REASONS: frozenset[str] = frozenset({*rules.INPUT_REASONS, IDENTITY_MISMATCH})
+"""Pauses that keep the replay and its workstation for a person, whatever came before: an
+input that failed or may have run; another patient's record on the screen (it stays in
+front of the person who must see it, docs/queues.md)."""
 SYSTEM_REASONS: frozenset[str] = frozenset(
     {
         rules.ORPHAN_MAX_RESENDS,
@@ -91,7 +96,7 @@ def on_pause(
     """The item's next state when its replay pauses for ``reason`` (None: the pause is part
     of the procedure and the item stays in progress). ``attempts``: the attempts made,
     this one included."""
-    if reason in rules.INPUT_REASONS:
+    if reason in PERSON_REASONS:
         return PauseVerdict("needs_person", end_replay=False)
     if reason in BUSINESS_REASONS:
         return PauseVerdict("business_failure", end_replay=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from messages.queue import ListQueues, QueueReply, ShowQueue
 from tests.conftest import Spawn, python_argv, wait_until
+from tests.integration.probes import Tap
 from tests.integration.system import Agent, System
 from tests.integration.transport_checks import wait_ready
 
@@ -205,3 +207,42 @@ def test_an_agent_lost_after_an_input_leaves_its_item_to_a_person(
     assert system.status(item["replay_id"]).status == "failed"  # its replay ended
     shown = cli(system.env, "item", "admissions", item["reference"])
     assert "skip by ide" in shown.stdout and "needs_person" in shown.stdout
+
+
+def test_items_that_cannot_start_before_their_deadline_are_said_at_risk(
+        spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
+    """One agent, items of about 1.5 s: once a duration is measured, the items whose turn
+    comes after their deadline are marked at risk, each once, with a ``lea:`` event; those
+    that can still make it are not."""
+    system = System(spawn, lea_env, tmp_path)
+    agent = system.agent("d1", {"default": {"delay_s": 0.05}}, extra_args=["--pool", "ward"])
+    wait_ready(system, agent)
+    wait_until(lambda: len(agents(system)) == 1, timeout=20)
+    made = cli(system.env, "create", "admissions", "--workflow",
+               str(queue_workflow(tmp_path / "wf.json", 1500)), "--pool", "ward")
+    assert made.returncode == 0, made.stderr
+    first = tmp_path / "first.csv"
+    first.write_text("reference;ipp\nmeasure;100000\n")
+    assert cli(system.env, "add", "admissions", str(first)).returncode == 0
+    wait_until(lambda: items(system, "admissions")[0]["state"] == "done", timeout=60)
+    soon = time.time() + 6  # room for about three items, one after the other
+    rows = ["reference;ipp;deadline"] + [f"late-{i};{100001 + i};{soon:.0f}" for i in range(6)]
+    rows.append("roomy;100009;31/12/2099")
+    (tmp_path / "late.csv").write_text("\n".join(rows) + "\n")
+    tap = Tap(system, "lea:queue_item_at_risk")
+    try:
+        added = cli(system.env, "add", "admissions", str(tmp_path / "late.csv"))
+        assert added.returncode == 0, added.stderr
+        wait_until(lambda: sum(i["at_risk"] for i in items(system, "admissions")) >= 2,
+                   timeout=30)
+        at_risk = {i["reference"] for i in items(system, "admissions") if i["at_risk"]}
+        assert "roomy" not in at_risk and "measure" not in at_risk
+        assert "late-5" in at_risk and "late-0" not in at_risk  # the first in line makes it
+        said = wait_until(lambda: [e for e in tap.events() if e.data["queue"] == "admissions"],
+                          timeout=10)
+        assert isinstance(said, list)
+        assert {e.data["reference"] for e in said} <= at_risk
+    finally:
+        tap.close()
+    listed = cli(system.env, "list")
+    assert "at risk" in listed.stdout

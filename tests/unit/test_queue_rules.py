@@ -9,7 +9,7 @@ from messages.workflow import Workflow
 
 
 def test_business_failures_end_the_replay_and_are_never_retried() -> None:
-    for reason in ("target_not_found", "identity_mismatch", "action_failed", "wrong_window"):
+    for reason in ("target_not_found", "action_failed", "wrong_window"):
         v = queue_rules.on_pause(reason, input_started=True, attempts=1, max_attempts=3)
         assert v is not None and v.state == "business_failure" and v.end_replay
         assert not v.counts_attempt
@@ -24,10 +24,13 @@ def test_system_failures_are_retried_before_any_input_then_fail() -> None:
 
 
 def test_after_an_input_a_person_decides() -> None:
-    for reason in ("orphan_max_resends", "dead_client", "failed_after_input", "input_unknown"):
+    for reason in ("orphan_max_resends", "dead_client", "failed_after_input", "input_unknown",
+                   "identity_mismatch"):
         v = queue_rules.on_pause(reason, True, 1, 3)
         assert v is not None and v.state == "needs_person" and not v.end_replay
-    assert queue_rules.on_pause("input_unknown", False, 1, 3) is not None
+    for reason in ("input_unknown", "identity_mismatch"):  # whatever came before
+        v = queue_rules.on_pause(reason, False, 1, 3)
+        assert v is not None and v.state == "needs_person" and not v.end_replay
 
 
 def test_the_procedures_own_pauses_leave_the_item_in_progress() -> None:

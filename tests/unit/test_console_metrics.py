@@ -187,3 +187,13 @@ def test_a_scrape_reads_the_counters_histograms_and_gauges() -> None:
     after = samples(m)
     assert ("lea_audit_backlog", (("sender", "dispatcher"),)) not in after
     assert after[("lea_audit_backlog", (("sender", "console"),))] == 0  # read, not told
+
+
+def test_work_items_at_risk_are_counted_by_queue() -> None:
+    m = Metrics(lambda: 0.0)
+    m.on_event(ev(events.QUEUE_ITEM_AT_RISK, queue="admissions", reference="a"))
+    m.on_event(ev(events.QUEUE_ITEM_AT_RISK, queue="admissions", reference="b"))
+    m.on_event(ev(events.QUEUE_ITEM_AT_RISK, queue=None, reference="c"))
+    got = samples(m)
+    assert got[("lea_queue_items_at_risk_total", (("queue", "admissions"),))] == 2
+    assert got[("lea_queue_items_at_risk_total", (("queue", "unknown"),))] == 1

@@ -106,11 +106,10 @@ class Pool:
         victims = [a for a in self.agents if a.machine_id not in self.dead][:n]
         for a in victims:
             self.dead.add(a.machine_id)
+            self.host.forget(a)
             a.worker.socket.close(0)
             a.requests.close()
-        self.agents = [a for a in self.agents if a.machine_id not in self.dead]
-        self.host.close()
-        self.host = Host(self.agents)
+        self.agents[:] = [a for a in self.agents if a.machine_id not in self.dead]  # the host's
         return [a.machine_id for a in victims]
 
 

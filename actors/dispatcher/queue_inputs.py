@@ -217,6 +217,10 @@ def settle(tx: Tx) -> None:
         item = qb.by_replay.get(r.replay_id)
         if item is None:
             continue
+        outputs = _outputs(r)
+        if outputs != item.outputs and outputs:
+            item.outputs = outputs
+            tx.touch_item(item)
         if not r.active:
             qb.by_replay.pop(r.replay_id, None)
             state = queue_rules.on_replay_end(r.status)  # type: ignore[arg-type]
@@ -244,6 +248,13 @@ def settle(tx: Tx) -> None:
             change(tx, item, queue_rules.on_resume(), None)
     if freed:
         assign(tx)
+
+
+def _outputs(r: ReplayState) -> dict[str, str]:
+    """What the replay's read steps read (docs/queues.md: in ``queue item`` and the export),
+    a sensitive value masked; none for a replay whose workflow reads nothing."""
+    shown = getattr(r, "shown_outputs", None)
+    return {str(k): str(v) for k, v in shown().items()} if callable(shown) else {}
 
 
 def input_started(r: ReplayState) -> bool:

@@ -131,6 +131,20 @@ def test_a_queue_is_served_by_the_agents_of_its_pool_each_item_once(
     assert again.returncode == 1
     assert "adm-000é" in again.stderr and "already in the queue (done)" in again.stderr
     assert len(items(system, "admissions")) == 8
+    # A file with one bad row among good ones adds nothing, and names the row.
+    (tmp_path / "bad.csv").write_bytes("reference;ipp\r\nnew-1;200001\r\nnew-2;2000\r\n"
+                                       "new-3;200003\r\n".encode("cp1252"))
+    bad = cli(env, "add", "admissions", str(tmp_path / "bad.csv"))
+    assert bad.returncode == 1 and "nothing was added" in bad.stderr
+    assert "row 2 (line 3) new-2: ipp: '2000' does not match" in bad.stderr
+    assert len(items(system, "admissions")) == 8
+    # The export opens in a French spreadsheet and runs nothing.
+    exported = subprocess.run(python_argv("run.py", "queue", "export", "admissions"), env=env,
+                              capture_output=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    lines = exported.stdout.decode("utf-8-sig").splitlines()
+    assert lines[0].startswith("reference;state;reason;priority") and len(lines) == 9
+    assert all(";done;" in line for line in lines[1:])
 
 
 def _by_replay(agent: Agent) -> dict[str, list[dict[str, Any]]]:

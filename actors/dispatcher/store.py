@@ -36,6 +36,7 @@ import msgpack
 from loguru import logger
 from pydantic import ValidationError
 
+from actors.dispatcher import queue_store
 from actors.dispatcher.effects import (
     AuditRecord,
     Decision,
@@ -86,15 +87,6 @@ CREATE INDEX IF NOT EXISTS reports_by_action ON reports (replay_id, action_id);
 CREATE TABLE IF NOT EXISTS requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, kind TEXT NOT NULL,
     reply BLOB NOT NULL, UNIQUE (request_id, kind));
--- Work queues (docs/queues.md). A reference is unique within its queue whatever its item's
--- state: the primary key says so, not a check before the insert.
-CREATE TABLE IF NOT EXISTS queues (
-    name TEXT PRIMARY KEY, pool TEXT NOT NULL, max_attempts INTEGER NOT NULL,
-    created_at REAL NOT NULL, workflow BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS queue_items (
-    queue TEXT NOT NULL, reference TEXT NOT NULL, seq INTEGER NOT NULL, state TEXT NOT NULL,
-    body BLOB NOT NULL, PRIMARY KEY (queue, reference));
-CREATE INDEX IF NOT EXISTS queue_items_by_state ON queue_items (queue, state, seq);
 """
 
 _TERMINAL = tuple(sorted(TERMINAL))
@@ -114,7 +106,7 @@ step (bench/throughput.py)."""
 
 def _create(db: sqlite3.Connection) -> None:
     db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
-    db.executescript(_SCHEMA)
+    db.executescript(_SCHEMA + queue_store.SCHEMA)
     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                (str(SCHEMA_VERSION),))
     # Names this database in the ids of what it sends (audit record ids): a database made
@@ -281,7 +273,7 @@ class DispatcherStore:
             for r in replays:
                 self._staged_resolved[r.replay_id] = self._write_replay(db, r)
                 self._staged_known.add(r.replay_id)
-            self._write_queues(db, queues, new_items, items)
+            queue_store.write(db, queues, new_items, items)
             for effect in effects:
                 if isinstance(effect, RecordReport):
                     self._write_report(db, effect)
@@ -385,33 +377,9 @@ class DispatcherStore:
                                                   max(0, fresh))))])
         return len(r.resolved)
 
-    @staticmethod
-    def _write_queues(db: StoreDb, queues: Sequence[QueueDef], new_items: Sequence[QueueItem],
-                      items: Sequence[QueueItem]) -> None:
-        db.executemany(
-            "INSERT INTO queues (name, pool, max_attempts, created_at, workflow) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(q.name, q.pool, q.max_attempts, q.created_at,
-              _pack(q.workflow.model_dump(mode="json"))) for q in queues])
-        # A plain INSERT: a second item of one reference fails the transaction.
-        db.executemany(
-            "INSERT INTO queue_items (queue, reference, seq, state, body) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(i.queue, i.reference, i.seq, i.state, _pack(i.dump())) for i in new_items])
-        db.executemany(
-            "UPDATE queue_items SET state = ?, body = ? WHERE queue = ? AND reference = ?",
-            [(i.state, _pack(i.dump()), i.queue, i.reference) for i in items])
-
     def load_queues(self) -> tuple[list[QueueDef], list[QueueItem]]:
-        """Every queue and every item (docs/queues.md)."""
-        queues = [QueueDef(name=name, pool=pool, max_attempts=int(attempts),
-                           created_at=float(created),
-                           workflow=Workflow.model_validate(_unpack(workflow)))
-                  for name, pool, attempts, created, workflow in self._db.execute(
-                      "SELECT name, pool, max_attempts, created_at, workflow FROM queues")]
-        items = [QueueItem.load(_unpack(body)) for (body,) in self._db.execute(
-            "SELECT body FROM queue_items ORDER BY seq")]
-        return queues, items
+        """Every work queue and every item (queue_store.py)."""
+        return queue_store.load(self._db)
 
     def _write_report(self, db: StoreDb, rec: RecordReport) -> None:
         # Screenshots go to the audit trail (content-addressed); the log keeps their hashes.

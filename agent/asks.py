@@ -30,6 +30,7 @@ from messages.dispatch import (
     DispatchAction,
     ReportAck,
 )
+from messages.queue import AgentAvailable
 
 DISPATCHER = "dispatcher"
 PROGRESS_MARGIN_S = 30.0
@@ -111,6 +112,12 @@ class Asks:
             detail={k: v for k, v in info.items() if k != "state"},
             hold_s=min(max(hold, 0.0), 3600.0))
         self._ask(f"progress:{dispatch.attempt_id}", progress, lambda _body: True)
+
+    def available(self, instance_id: str, pool: str) -> None:
+        """Say we are alive and which pool we serve (docs/queues.md); one pending at most."""
+        self._ask("available", AgentAvailable(machine_id=self.machine_id,
+                                              instance_id=instance_id, pool=pool),
+                  lambda _body: True)
 
     def hello(self, instance_id: str, holding: list[str]) -> None:
         """Say we are here, and which attempts we hold (``holding`` and the reports not

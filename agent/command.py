@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from agent import link as agent_link
+from messages.queue import NAME_PATTERN
 from runtime.settings import Settings
+
+POOL = re.compile(NAME_PATTERN)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", metavar="FILE",
                         help="JSON file steering the simulated executor (see "
                              "agent/executors/scenario.py)")
+    parser.add_argument("--pool", metavar="POOL",
+                        help="the pool of workstations this agent serves: it takes the items "
+                             "of that pool's work queues (default LEA_AGENT_POOL, 'default')")
     agent_link.add_arguments(parser)
 
 
@@ -46,6 +53,12 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
                   log_file(data_dir or default_data_dir(settings, machine_id)))
     if args.connect:
         settings = settings.model_copy(update={"mdp_endpoint": args.connect})
+    if args.pool:
+        if not POOL.match(args.pool):
+            print(f"error: invalid pool {args.pool!r}: 1-64 letters, digits, '_', '.', '-'",
+                  file=sys.stderr)
+            return 2
+        settings = settings.model_copy(update={"agent_pool": args.pool})
     try:  # an SSH tunnel and/or CURVE (agent/link.py): started with the agent
         link = agent_link.build(settings, args, machine_id)
     except agent_link.LinkError as exc:

@@ -68,6 +68,9 @@ from transport.worker import Request, Worker, answer
 
 MACHINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 SHUTDOWN_GRACE_S = 3.0
+AVAILABLE_EVERY_S = 1.0
+"""How often the agent tells the dispatcher it is alive, and its pool: the dispatcher takes an
+agent silent for a few of these for offline (DispatcherConfig.agent_seen_s)."""
 """On SIGTERM, how long an action in progress may take to finish before we leave anyway."""
 
 
@@ -358,6 +361,16 @@ class Agent:
 
         hello(0.0)
         poll_loop.each_turn(hello)
+        told = 0.0  # monotonic time of the last agent.available
+
+        def available(_now: float) -> None:
+            # Alive and of this pool: a free agent takes the next work item (docs/queues.md).
+            nonlocal told
+            if time.monotonic() - told >= AVAILABLE_EVERY_S:
+                told = time.monotonic()
+                self.asks.available(self.instance_id, self.settings.agent_pool)
+
+        poll_loop.each_turn(available)
         poll_loop.run(linger=lambda: (self.intake.executing is not None
                                       and time.monotonic() <= self._grace_until))
 

@@ -215,6 +215,18 @@ class Host:
         self._watched[agent] = (agent.wiring, fds)
         self._pending.add(agent)
 
+    def forget(self, agent: Hosted) -> None:
+        """Stop serving ``agent`` (its sockets are about to close: a process killed)."""
+        _wiring, fds = self._watched.pop(agent, (0, []))
+        for fd in fds:
+            if self._fds.get(fd) is agent:
+                del self._fds[fd]
+                with contextlib.suppress(OSError):
+                    self._epoll.unregister(fd)
+        self._pending.discard(agent)
+        self._timers = [t for t in self._timers if t[2] is not agent]
+        heapq.heapify(self._timers)
+
     def step(self, max_wait_s: float = 0.05) -> None:
         """One wait and everything it made ready: replies, requests, timers, ticks."""
         now = time.monotonic()

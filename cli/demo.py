@@ -183,16 +183,21 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = F
     finally:
         stop.set()
         client.close()
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
         if stub is not None:
             stub.stop()
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM in reverse start order, then wait (SIGKILL after a while)."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _follow(client: SyncClient, replay_id: str, muted: threading.Event) -> int:

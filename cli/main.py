@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("workflow", nargs="?", type=Path, help="default: the example")
     demo.add_argument("--ollama-stub", action="store_true",
                       help="Léa's contextual checks from a stand-in Ollama (no model here)")
+    demo.add_argument("--queue", action="store_true",
+                      help="a work queue of three patients on two workstations, one showing "
+                           "another patient's record (docs/queues.md)")
     from agent import command as agent_cmd
     from cli import keys_cmd, replay_cmd, workflow_cmd
 
@@ -50,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit_cmd.add_arguments(sub.add_parser("audit", help="audit trail: show, verify, export, "
                                            "prune"))
+    from cli import queue_cmd
+
+    queue_cmd.add_arguments(sub.add_parser("queue", help="work queues: one workflow over many "
+                                           "items, on a pool of agents (docs/queues.md)"))
     keys_cmd.add_arguments(sub.add_parser("keys", help="CURVE key pairs (server, agents)"))
     from cli import accounts_cmd
 
@@ -195,9 +202,19 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _demo(settings: Settings, args: argparse.Namespace) -> int:
+    if args.queue:
+        from cli import demo_queue
+
+        return demo_queue.run(settings)
     from cli.demo import EXAMPLE, run
 
     return run(settings, args.workflow or EXAMPLE, ollama_stub=args.ollama_stub)
+
+
+def _queue(settings: Settings, args: argparse.Namespace) -> int:
+    from cli.queue_cmd import run
+
+    return run(settings, args)
 
 
 def _keys(settings: Settings, args: argparse.Namespace) -> int:
@@ -229,6 +246,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "brokers": _brokers,
     "agent": _agent, "replay": _replay, "workflow": _workflow, "demo": _demo,
     "keys": _keys,
+    "queue": _queue,
     "console": _console,
     "audit": _audit,
     "accounts": _accounts,

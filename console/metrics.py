@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from messages import events
 from messages.events import Event
+from messages.queue import ItemStateName
 from messages.replay import ReplayStatusName, ReplaySummary
 
 K = TypeVar("K")
@@ -51,9 +52,11 @@ OVERHEAD_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 ACTION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 STATES: Final[tuple[str, ...]] = get_args(ReplayStatusName)
 ROLES: Final = ("active", "backup")
+ITEM_STATES: Final[tuple[str, ...]] = get_args(ItemStateName)
 
 STEPS: Final = "lea_steps_completed"
 PAUSES: Final = "lea_pauses"
+AT_RISK: Final = "lea_queue_items_at_risk"
 OVERHEAD: Final = "lea_step_overhead_seconds"
 ACTION: Final = "lea_action_duration_seconds"
 
@@ -122,6 +125,10 @@ class Tracker:
     """child → its restarts, as the supervisor last told them (its own count)."""
     heartbeats: dict[str, float] = field(default_factory=dict)
     connected: dict[str, bool] = field(default_factory=dict)
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    """The dispatcher's work queues (``queue.list``: counts by state, oldest waiting)."""
+    pool_agents: list[dict[str, Any]] = field(default_factory=list)
+    """The agents the dispatcher heard of, with their pool and state."""
 
     # -- bus events ------------------------------------------------------------------------
 
@@ -132,6 +139,8 @@ class Tracker:
         if topic == events.REPLAY_PAUSED:
             self.reported.pop(_text(d.get("replay_id")), None)
             return [Update("inc", PAUSES, (_text(d.get("reason"), "unknown"),))]
+        if topic == events.QUEUE_ITEM_AT_RISK:
+            return [Update("inc", AT_RISK, (_text(d.get("queue"), "unknown"),))]
         if topic == events.ACTION_DISPATCHED:
             return self._dispatched(d, at)
         if topic == events.ACTION_ACKED:
@@ -195,6 +204,33 @@ class Tracker:
         self.machines.update(heartbeats)
         self.connected = dict(connected) if connected is not None else {}
 
+    def on_queues(self, queues: list[dict[str, Any]], agents: list[dict[str, Any]]) -> None:
+        """The dispatcher's ``queue.list`` answer (docs/queues.md)."""
+        self.queues, self.pool_agents = list(queues), list(agents)
+
+    def queue_gauges(self) -> list[GaugeMetricFamily]:
+        items = GaugeMetricFamily("lea_queue_items", "Work items by queue and state",
+                                  labels=["queue", "state"])
+        oldest = GaugeMetricFamily("lea_queue_oldest_waiting_seconds",
+                                   "Age of the oldest item waiting for an agent",
+                                   labels=["queue"])
+        for q in self.queues:
+            name = _text(q.get("name"), "unknown")
+            said = q.get("counts")
+            counts: dict[str, Any] = said if isinstance(said, dict) else {}
+            for state in ITEM_STATES:
+                items.add_metric([name, state], _number(counts.get(state), 0.0))
+            oldest.add_metric([name], _number(q.get("oldest_waiting_s"), 0.0))
+        agents = GaugeMetricFamily("lea_pool_agents", "Agents by pool and state (idle, busy, "
+                                   "paused, offline)", labels=["pool", "state"])
+        by: dict[tuple[str, str], int] = {}
+        for a in self.pool_agents:
+            key = (_text(a.get("pool"), "unknown"), _text(a.get("state"), "unknown"))
+            by[key] = by.get(key, 0) + 1
+        for (pool, state), n in sorted(by.items()):
+            agents.add_metric([pool, state], n)
+        return [items, oldest, agents]
+
     # -- gauges at a scrape ----------------------------------------------------------------
 
     def gauges(self, now: float, console_backlog: int | None
@@ -241,7 +277,8 @@ class Tracker:
             "(its own count)", labels=["actor"])
         for actor, n in sorted(self.restarts.items()):
             restarts.add_metric([actor], n)
-        return [replays, connected, heartbeat, up, role, backlog, restarts]
+        return [replays, connected, heartbeat, up, role, backlog, restarts,
+                *self.queue_gauges()]
 
     @staticmethod
     def _fresh(told: dict[K, Told], now: float) -> dict[K, Told]:
@@ -264,6 +301,8 @@ class Metrics:
             STEPS: Counter(STEPS, "Steps completed (rate() gives steps per second)",
                            registry=r),
             PAUSES: Counter(PAUSES, "Replay pauses by reason", ["reason"], registry=r),
+            AT_RISK: Counter(AT_RISK, "Work items that became at risk of missing their "
+                             "deadline (docs/queues.md)", ["queue"], registry=r),
         }
         self._histograms = {
             OVERHEAD: Histogram(OVERHEAD, "The dispatcher's time from a step's report to the "

@@ -28,6 +28,7 @@ from console.auth import state_of, who
 from console.metrics import BrokerSeen, broker_seen
 from console.state import ConsoleState
 from messages.monitor import MonitorStatus, MonitorStatusReply
+from messages.queue import ListQueues, QueueReply
 from runtime.settings import Settings
 from transport.client import CallFailed, SyncClient
 
@@ -125,6 +126,9 @@ async def _look(console: ConsoleState) -> None:
                                     retries=1)
     if not isinstance(reply, MonitorStatusReply):
         raise CallFailed("unexpected_reply", f"monitor_router answered {reply.type_name}")
+    queues = await console.link.call("dispatcher", ListQueues(), timeout_s=2.0, retries=1)
+    if isinstance(queues, QueueReply):  # work queues and pools (docs/queues.md)
+        metrics.tracker.on_queues(queues.queues, list(queues.detail.get("agents", [])))
     wall = time.time()
     heartbeats = {a.machine_id: wall - a.age_s for a in reply.agents}
     machines = sorted(set(heartbeats) | metrics.tracker.machines)

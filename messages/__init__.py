@@ -1,6 +1,17 @@
 """Every message type as a pydantic model, and the msgpack codec that carries them."""
 
-from messages import audit, dispatch, events, loop, monitor, pause, replay, safety, workflow
+from messages import (
+    audit,
+    dispatch,
+    events,
+    loop,
+    monitor,
+    pause,
+    queue,
+    replay,
+    safety,
+    workflow,
+)
 from messages.base import Message, model_for, registered_types
 from messages.codec import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -34,6 +45,7 @@ __all__ = [
     "monitor",
     "new_id",
     "pause",
+    "queue",
     "registered_types",
     "replay",
     "safety",

@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     # (tree_endpoint) does not serve: the other broker of the pair. "" = one broker.
     mdp_backup_endpoint: str = ""
     tree_backup_endpoint: str = Field("", pattern=r"^(ipc://.+)?$")
+    # The pool of workstations an agent serves (``run.py agent --pool``): the work queues of
+    # that pool give it their items (docs/queues.md).
+    agent_pool: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
     @property
     def heartbeat_interval_s(self) -> float:

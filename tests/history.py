@@ -22,6 +22,12 @@ Checked per replay (docs/architecture.md, "Every test's history is checked"):
 ``input_after_failed_guard``
     No input dispatched after a ``verify_screen`` step's accepted report said it failed,
     until the guard passes (its retry or resume accepted as a success) or a person resumes.
+``item_input_twice``
+    Per work item (docs/queues.md; its replays are those whose ``replay_started`` names its
+    queue and reference): no step's input performed in two of its replays, unless a person
+    retried the item between the two (a ``queue_item_changed`` record to ``new`` with an
+    ``operator``). A new attempt the queue makes by itself comes only after a replay that
+    performed no input.
 
 Order. Records are in ``seq`` order, which for one dispatcher is the order of its decisions
 (its records leave its outbox in order: audit_outbox/sender.py). An input is placed against
@@ -56,7 +62,9 @@ DOUBLE_INPUT = "double_input"
 INPUT_AFTER_STOP = "input_after_stop"
 NOT_EXACTLY_ONCE = "not_exactly_once"
 INPUT_AFTER_FAILED_GUARD = "input_after_failed_guard"
-PROPERTIES = (DOUBLE_INPUT, INPUT_AFTER_STOP, NOT_EXACTLY_ONCE, INPUT_AFTER_FAILED_GUARD)
+ITEM_INPUT_TWICE = "item_input_twice"
+PROPERTIES = (DOUBLE_INPUT, INPUT_AFTER_STOP, NOT_EXACTLY_ONCE, INPUT_AFTER_FAILED_GUARD,
+              ITEM_INPUT_TWICE)
 DISPATCHES = ("action_dispatched", "action_resent")
 
 
@@ -213,7 +221,38 @@ def check(records: Iterable[Record], effects: Iterable[Effect],
         verdict.inputs += len(h.effects)
         for rule in rules:
             verdict.findings += rule(h)
+    verdict.findings += items_input_twice(found)
     return verdict
+
+
+def items_input_twice(found: list[Replay]) -> list[Finding]:
+    """``item_input_twice`` (module doc)."""
+    by_item: dict[tuple[str, str], list[Replay]] = defaultdict(list)
+    for h in found:
+        started = next(iter(h.of_kind("replay_started")), None)
+        q = started.data.get("queue") if started is not None else None
+        ref = started.data.get("reference") if started is not None else None
+        if isinstance(q, str) and isinstance(ref, str):
+            by_item[(q, ref)].append(h)
+    out = []
+    for (q, ref), hs in by_item.items():
+        if len(hs) < 2:
+            continue
+        retried = [r.at for h in hs for r in h.of_kind("queue_item_changed")
+                   if r.data.get("state") == "new" and r.data.get("operator")]
+        by_step: dict[str, list[tuple[Replay, Effect]]] = defaultdict(list)
+        for h in hs:
+            for e in h.effects:
+                by_step[base_id(e.action_id)].append((h, e))
+        for step, lines in by_step.items():
+            ordered = sorted(lines, key=lambda he: he[1].at)
+            for (h1, first), (h2, second) in pairwise(ordered):
+                if h1 is not h2 and not any(first.at < at < second.at for at in retried):
+                    out.append(Finding(ITEM_INPUT_TWICE, h2.id, step, (
+                        f"item {q}/{ref}: the step's input in replay {h1.id} "
+                        f"({first.describe()}) and again in replay {h2.id} "
+                        f"({second.describe()}) with no retry by a person between")))
+    return out
 
 
 def double_inputs(h: Replay) -> list[Finding]:

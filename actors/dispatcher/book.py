@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from actors.dispatcher.effects import AuditRecord, Decision, Effect, PublishEvent
 from actors.dispatcher.invariants import check_invariants
+from actors.dispatcher.queue_book import Key, QueueBook, QueueDef, QueueItem
 from actors.dispatcher.state import DispatcherConfig, DispatcherState, ReplayState
 from messages.base import Message
 
@@ -34,6 +35,10 @@ class ReplayBook:
         self._sessions: dict[str, list[ReplayState]] = {}
         for r in sorted(self.state.replays.values(), key=lambda r: r.seq):
             self._sessions.setdefault(r.session_id, []).append(r)
+        # Work queues and their items (queue_inputs.py); ``settle`` is given every decision
+        # before it is made, to carry what happened to a replay over to its item.
+        self.queues = QueueBook()
+        self.settle: Callable[[Tx], None] | None = None
 
     @property
     def replays(self) -> dict[str, ReplayState]:
@@ -106,6 +111,20 @@ class Tx:
         self.now = now
         self.effects: list[Effect] = []
         self._changed: dict[str, ReplayState] = {}
+        self.items: dict[Key, QueueItem] = {}  # items changed, written with the decision
+        self.new_items: list[QueueItem] = []  # items added (inserted: unique per queue)
+        self.new_queues: list[QueueDef] = []
+        self._settling = False
+
+    @property
+    def changed(self) -> list[ReplayState]:
+        """The replays changed so far."""
+        return list(self._changed.values())
+
+    def touch_item(self, item: QueueItem) -> None:
+        """``item`` changed: written with the decision."""
+        item.updated_at = self.now
+        self.items[item.key] = item
 
     def touch(self, r: ReplayState) -> None:
         """``r`` changed: written with the decision."""
@@ -121,8 +140,17 @@ class Tx:
     def done(self, reply: Message) -> Decision:
         """The decision: durable as soon as it changed a replay or has an effect (every
         effect is recorded or performed only after the commit, docs/durability.md)."""
+        if self.book.settle is not None and not self._settling:
+            self._settling = True
+            self.book.settle(self)
         writes = tuple(self._changed[i] for i in sorted(self._changed))
-        return Decision(reply, self.effects, writes, durable=bool(writes or self.effects))
+        new = {i.key for i in self.new_items}
+        items = tuple(i for k, i in self.items.items() if k not in new)
+        return Decision(reply, self.effects, writes,
+                        durable=bool(writes or self.effects or items or self.new_items
+                                     or self.new_queues),
+                        items=items, new_items=tuple(self.new_items),
+                        new_queues=tuple(self.new_queues))
 
 
 def who(r: ReplayState, action_id: str | None = None) -> dict[str, object]:

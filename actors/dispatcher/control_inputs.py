@@ -35,22 +35,32 @@ from workflow.setup_chain import with_setup
 
 def start(tx: Tx, msg: StartReplay) -> Decision:
     """A new replay of ``msg.workflow``; dispatches its first action if the session is free."""
+    r = open_replay(tx, msg)
+    if isinstance(r, ErrorReply):
+        return Decision(r)
+    return tx.done(ReplayStarted(replay_id=r.replay_id, session_id=r.session_id,
+                                 status=r.status))
+
+
+def open_replay(tx: Tx, msg: StartReplay, **about: object) -> ReplayState | ErrorReply:
+    """The replay ``msg`` asks for, started in ``tx``, or why it cannot be. ``about``: more
+    for its start event and record (a work item's queue and reference)."""
     wrong = value_problems(msg.workflow.inputs, msg.inputs)
     if wrong:  # before anything exists: no replay, nothing dispatched
-        return Decision(ErrorReply(code="invalid_inputs", message=(
+        return ErrorReply(code="invalid_inputs", message=(
             "the input values do not satisfy the workflow's declaration: no replay "
-            "was created"), detail={"problems": wrong[:20]}))
+            "was created"), detail={"problems": wrong[:20]})
     try:
         workflow = with_confirmations(with_setup(msg.workflow))
     except ValueError as exc:
-        return Decision(ErrorReply(code="invalid_workflow", message=(
+        return ErrorReply(code="invalid_workflow", message=(
             "the setup chain or a confirming pause cannot be put in this workflow"),
-            detail={"problems": [str(exc)[:500]]}))
+            detail={"problems": [str(exc)[:500]]})
     problems = rules.workflow_problems(workflow.actions)
     if problems:  # refused whole: a suffixed id must never collide with another step
-        return Decision(ErrorReply(code="invalid_workflow", message=(
+        return ErrorReply(code="invalid_workflow", message=(
             "workflow step ids cannot take retry/resume suffixes"),
-            detail={"problems": problems[:20]}))
+            detail={"problems": problems[:20]})
     tx.book.evict_finished()
     replay_id = tx.book.new_id()
     r = ReplayState(replay_id=replay_id, session_id=msg.session_id or tx.book.new_id(),
@@ -65,12 +75,11 @@ def start(tx: Tx, msg: StartReplay) -> Decision:
     info = {**who(r), "workflow_id": workflow.workflow_id, "mode": msg.mode,
             "total": r.total, "operator": msg.operator, **msg.by(), "waiting_for": waiting_for,
             "setup_steps": len(workflow.actions) - len(msg.workflow.actions),
-            "inputs": shown_values(workflow.inputs, msg.inputs)}
+            "inputs": shown_values(workflow.inputs, msg.inputs), **about}
     tx.event(events.REPLAY_STARTED, **info)
     tx.audit("replay_started", **info)
     steps.advance(tx, r)
-    return tx.done(ReplayStarted(replay_id=replay_id, session_id=r.session_id,
-                                 status=r.status))
+    return r
 
 
 def status(book: ReplayBook, msg: GetReplayStatus) -> Decision:
@@ -159,6 +168,14 @@ def cancel(tx: Tx, msg: CancelReplay) -> Decision:
     if not r.active:
         return Decision(ErrorReply(code="not_running", message=(
             f"replay {r.replay_id} is already {r.status}"), detail={"status": r.status}))
+    outcome = end(tx, r, msg.operator, **msg.by())
+    return tx.done(ReplayCancelled(replay_id=r.replay_id, session_id=r.session_id,
+                                   status=outcome))
+
+
+def end(tx: Tx, r: ReplayState, operator: str | None, **by: object
+        ) -> Literal["cancelled", "failed"]:
+    """End the active replay ``r`` (a cancel): purged, then the next of its session goes."""
     pause_reason = r.pause.reason if r.status == PAUSED and r.pause is not None else None
     # ``failed``: a person ended it at a pause a failure caused (README, "An action's
     # life"); ``cancelled``: stopped while running or at a pause nothing went wrong for.
@@ -172,13 +189,12 @@ def cancel(tx: Tx, msg: CancelReplay) -> Decision:
     steps.purge(tx, r)
     r.status, r.pause = outcome, None
     tx.touch(r)
-    info = {**who(r), "operator": msg.operator, **msg.by(), "purged_inflight": purged,
+    info = {**who(r), "operator": operator, **by, "purged_inflight": purged,
             "purged_queue": queued, "outcome": outcome, "pause_reason": pause_reason}
     tx.event(events.REPLAY_CANCELLED, **info)
     tx.audit("replay_cancelled", **info)
     steps.advance_session(tx, r.session_id)
-    return tx.done(ReplayCancelled(replay_id=r.replay_id, session_id=r.session_id,
-                                   status=outcome))
+    return outcome
 
 
 def pause(tx: Tx, replay_id: str, reason: str, message: str,

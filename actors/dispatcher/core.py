@@ -44,7 +44,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.dispatcher import agent_inputs, consult_inputs, control_inputs, watchdog_inputs
+from actors.dispatcher import (
+    agent_inputs,
+    consult_inputs,
+    control_inputs,
+    queue_deadlines,
+    queue_inputs,
+    watchdog_inputs,
+)
 from actors.dispatcher.book import ReplayBook
 from actors.dispatcher.effects import Decision
 from actors.dispatcher.state import DispatcherConfig, DispatcherState, ReplayState
@@ -57,7 +64,17 @@ from messages.dispatch import (
     OrphanGiveUp,
     OrphanResend,
 )
+from messages.queue import (
+    AddItems,
+    AgentAvailable,
+    CreateQueue,
+    GetItem,
+    ItemCommand,
+    ListQueues,
+    ShowQueue,
+)
 from messages.replay import (
+    Ack,
     CancelReplay,
     GetReplayStatus,
     ResumeReplay,
@@ -72,6 +89,7 @@ class DispatcherCore:
     def __init__(self, config: DispatcherConfig, new_id: Callable[[], str],
                  state: DispatcherState | None = None) -> None:
         self.book = ReplayBook(config, new_id, state)
+        self.book.settle = queue_inputs.settle
 
     @property
     def config(self) -> DispatcherConfig:
@@ -133,6 +151,34 @@ class DispatcherCore:
     def agent_hello(self, msg: AgentHello, now: float,
                     underway: frozenset[str] = frozenset()) -> Decision:
         return agent_inputs.agent_hello(self.book.begin(now), msg, underway)
+
+    # Work queues (queue_inputs) ---------------------------------------------------------
+
+    def create_queue(self, msg: CreateQueue, now: float) -> Decision:
+        return queue_inputs.create(self.book.begin(now), msg)
+
+    def add_items(self, msg: AddItems, now: float) -> Decision:
+        return queue_inputs.add(self.book.begin(now), msg)
+
+    def list_queues(self, msg: ListQueues, now: float) -> Decision:
+        return queue_inputs.list_queues(self.book, msg, now)
+
+    def show_queue(self, msg: ShowQueue, now: float) -> Decision:
+        return queue_inputs.show(self.book, msg, now)
+
+    def get_item(self, msg: GetItem) -> Decision:
+        return queue_inputs.get_item(self.book, msg)
+
+    def item_command(self, msg: ItemCommand, now: float) -> Decision:
+        return queue_inputs.command(self.book.begin(now), msg)
+
+    def agent_available(self, msg: AgentAvailable, now: float) -> Decision:
+        return queue_inputs.available(self.book.begin(now), msg)
+
+    def check_deadlines(self, now: float) -> Decision:
+        tx = self.book.begin(now)
+        queue_deadlines.check(tx)
+        return tx.done(Ack(status="checked"))
 
     # The watchdog (watchdog_inputs) -------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.dispatcher.queue_book import QueueDef, QueueItem
 from actors.dispatcher.state import ReplayState
 from messages.base import Message
 from messages.codec import decode, encode
@@ -106,6 +107,9 @@ class Decision:
     effects: list[Effect] = field(default_factory=list)
     writes: tuple[ReplayState, ...] = ()
     durable: bool = False
+    items: tuple[QueueItem, ...] = ()  # work items changed (queue_book.py)
+    new_items: tuple[QueueItem, ...] = ()  # work items added
+    new_queues: tuple[QueueDef, ...] = ()
 
     @property
     def changed(self) -> set[str]:

@@ -71,6 +71,13 @@ CREATE INDEX IF NOT EXISTS reports_by_action ON reports (replay_id, action_id);
 CREATE TABLE IF NOT EXISTS requests (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, request_id TEXT NOT NULL,
     kind TEXT NOT NULL, reply BYTEA NOT NULL, UNIQUE (request_id, kind));
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY, pool TEXT NOT NULL, max_attempts INTEGER NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, workflow BYTEA NOT NULL);
+CREATE TABLE IF NOT EXISTS queue_items (
+    queue TEXT NOT NULL, reference TEXT NOT NULL, seq BIGINT NOT NULL, state TEXT NOT NULL,
+    body BYTEA NOT NULL, PRIMARY KEY (queue, reference));
+CREATE INDEX IF NOT EXISTS queue_items_by_state ON queue_items (queue, state, seq);
 """ + lease.TABLE
 
 

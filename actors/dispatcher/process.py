@@ -67,6 +67,15 @@ from messages.dispatch import (
     TrackBatch,
     Untrack,
 )
+from messages.queue import (
+    AddItems,
+    AgentAvailable,
+    CreateQueue,
+    GetItem,
+    ItemCommand,
+    ListQueues,
+    ShowQueue,
+)
 from messages.replay import (
     CancelReplay,
     GetReplayStatus,
@@ -80,7 +89,8 @@ from transport.client import CallFailed
 if TYPE_CHECKING:
     from actors.dispatcher.lease import LeaseDb
 
-_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay)
+_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay, CreateQueue,
+             AddItems, ItemCommand)
 
 # Acknowledged outbox rows are deleted in batches, in the next transaction or on a timer: a
 # crash before that only sends their records again, which audit_log stores once.
@@ -89,6 +99,8 @@ _FLUSH_SENT_S = 0.2
 # trips per step (a large share of the tree's work per step: bench/turnaround.py measures
 # it): its timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
+_DEADLINES_S = 5.0
+"""How often work items waiting are checked against their deadlines (queue_deadlines.py)."""
 DISK_FAILURE_EXIT = 75
 """Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
 STORE_UNAVAILABLE_EXIT = 69
@@ -118,7 +130,7 @@ class DispatcherActor(Actor):
     # the reports log (core.report). Control commands are not here: people control.
     agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {
         Ping: None, ActionReport: None, ClaimAttempt: _machine,
-        ActionProgress: _machine, AgentHello: _machine}
+        ActionProgress: _machine, AgentHello: _machine, AgentAvailable: _machine}
 
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -130,6 +142,7 @@ class DispatcherActor(Actor):
         self.leadership = (Leadership(settings, self, cast("LeaseDb", self.store.db))
                            if settings.database_url else None)
         self.core = DispatcherCore(config or config_from_env(), new_id, self.store.load())
+        self.core.book.queues.load(*self.store.load_queues())
         self._sent: list[int] = []
         self._watchdog: list[Track | Untrack] = []
         self._grouped = False  # run(): decisions wait for the end of the turn (end_turn)
@@ -143,6 +156,15 @@ class DispatcherActor(Actor):
         self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
         self.handle(PauseReplay, self._once(self.operator_pause))
         self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
+        # Work queues (docs/queues.md): changes applied once per envelope, as replay controls.
+        self.handle(CreateQueue, self._once(lambda m: self.core.create_queue(m, time.time())))
+        self.handle(AddItems, self._once(lambda m: self.core.add_items(m, time.time())))
+        self.handle(ItemCommand, self._once(lambda m: self.core.item_command(m, time.time())))
+        self.handle(ListQueues, lambda m, _r: self.core.list_queues(m, time.time()).reply)
+        self.handle(ShowQueue, lambda m, _r: self.core.show_queue(m, time.time()).reply)
+        self.handle(GetItem, lambda m, _r: self.core.get_item(m).reply)
+        self.handle(AgentAvailable, lambda m, r: self._apply(self.core.agent_available(
+            m.model_copy(update={"machine_id": r.identity or m.machine_id}), time.time())))
         self.handle(ActionReport, self.on_report)
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
         self.handle(ClaimAttempt,
@@ -168,6 +190,10 @@ class DispatcherActor(Actor):
         self.every(_AUDIT_S, self.audit.tick)
         self.every(BACKLOG_EVERY_S, lambda _now: self._report_backlog())
         self.every(_WATCHDOG_BATCH_S, lambda _now: self._flush_watchdog())
+        self.every(_DEADLINES_S, self._check_deadlines)
+
+    def _check_deadlines(self, _now: float) -> None:
+        self._apply(self.core.check_deadlines(time.time()))
 
     def _report_backlog(self) -> None:
         """``lea:audit_backlog``: the audit records the outbox still holds."""
@@ -293,7 +319,9 @@ class DispatcherActor(Actor):
         # The rows performed since the last commit are deleted in this one: no transaction
         # of their own while busy (the timer flushes them when idle).
         try:
-            self.store.stage(decision.writes, decision.effects, record, sent=self._sent)
+            self.store.stage(decision.writes, decision.effects, record, sent=self._sent,
+                             queues=decision.new_queues, new_items=decision.new_items,
+                             items=decision.items)
         except Exception:
             if self._grouped:  # the turn is rolled back: its replies must not go out
                 self._stop_on_disk_failure()

@@ -43,6 +43,9 @@ class DispatcherConfig:
     llm_timeout_s: float = 5.0  # RPA_SAFETY_CHECKS_LLM_TIMEOUT_S: a fresh capture counts in it
     llm_fail_closed: bool = False  # RPA_SAFETY_CHECKS_LLM_FAIL_MODE=closed
     llm_enabled: bool = False  # RPA_SAFETY_CHECKS_LLM_ENABLED
+    # An agent not heard from (agent.available) for this long is offline: no work item
+    # goes to it (docs/queues.md). Agents tell every AVAILABLE_EVERY_S (agent/process.py).
+    agent_seen_s: float = 3.5
 
 
 class Resolution(NamedTuple):

@@ -36,6 +36,7 @@ import msgpack
 from loguru import logger
 from pydantic import ValidationError
 
+from actors.dispatcher import queue_store
 from actors.dispatcher.effects import (
     AuditRecord,
     Decision,
@@ -44,6 +45,7 @@ from actors.dispatcher.effects import (
     effect_from_dict,
     effect_to_dict,
 )
+from actors.dispatcher.queue_book import QueueDef, QueueItem
 from actors.dispatcher.state import (
     TERMINAL,
     DispatcherState,
@@ -104,7 +106,7 @@ step (bench/throughput.py)."""
 
 def _create(db: sqlite3.Connection) -> None:
     db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
-    db.executescript(_SCHEMA)
+    db.executescript(_SCHEMA + queue_store.SCHEMA)
     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                (str(SCHEMA_VERSION),))
     # Names this database in the ids of what it sends (audit record ids): a database made
@@ -255,8 +257,9 @@ class DispatcherStore:
     # Committing ---------------------------------------------------------------------------
 
     def stage(self, replays: Iterable[ReplayState], effects: Iterable[Effect],
-              request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = ()
-              ) -> None:
+              request: tuple[str, str, bytes] | None = None, *, sent: Iterable[int] = (),
+              queues: Sequence[QueueDef] = (), new_items: Sequence[QueueItem] = (),
+              items: Sequence[QueueItem] = ()) -> None:
         """Write changed replays, the reports log and the outbox in the turn's transaction
         (begun by the first stage of a turn); :meth:`harden` commits them all and returns
         the outbox rows written ``(outbox_id, effect)``. ``RecordReport`` effects go
@@ -276,6 +279,7 @@ class DispatcherStore:
             for r in replays:
                 self._staged_resolved[r.replay_id] = self._write_replay(db, r)
                 self._staged_known.add(r.replay_id)
+            queue_store.write(db, queues, new_items, items)
             for effect in effects:
                 if isinstance(effect, RecordReport):
                     self._write_report(db, effect)
@@ -347,7 +351,9 @@ class DispatcherStore:
                         ) -> list[tuple[int, Effect]]:
         """:meth:`stage` (and :meth:`harden`) of a decision: the replays it writes and its
         effects."""
-        self.stage(decision.writes, decision.effects, request, sent=sent)
+        self.stage(decision.writes, decision.effects, request, sent=sent,
+                   queues=decision.new_queues, new_items=decision.new_items,
+                   items=decision.items)
         return self.harden() if harden else self._staged_rows()
 
     def _staged_rows(self) -> list[tuple[int, Effect]]:
@@ -390,6 +396,10 @@ class DispatcherStore:
              for aid, res in reversed(list(islice(reversed(r.resolved.items()),
                                                   max(0, fresh))))])
         return len(r.resolved)
+
+    def load_queues(self) -> tuple[list[QueueDef], list[QueueItem]]:
+        """Every work queue and every item (queue_store.py)."""
+        return queue_store.load(self._db)
 
     def _write_report(self, db: StoreDb, rec: RecordReport) -> None:
         # Screenshots go to the audit trail (content-addressed); the log keeps their hashes.

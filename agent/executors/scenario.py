@@ -126,7 +126,8 @@ class DesktopSpec(_Strict):
     """idx of the monitor holding the simulated window."""
     banner: str = Field("", max_length=500)
     """The patient banner's text, shown at the top of the window: what an identity check
-    (verify_screen ``expect_text``) reads there."""
+    (verify_screen ``expect_text``) reads there. ``{typed}`` in it stands for the last text
+    typed (a patient search opens that patient's record)."""
     clock: bool = False
     """A clock (HH:MM:SS, from 10:00:00) in the title bar that advances one second at every
     action, whatever the action does: a ``loop`` then changes nothing but the clock."""

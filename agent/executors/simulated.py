@@ -87,12 +87,16 @@ class SimulatedDesktop:
     typed_elsewhere: str = ""
     clock: int | None = None  # seconds since midnight, shown in the title bar when set
     banner: str = ""  # the patient banner, under the title bar
+    # A banner with ``{typed}``: the record of what was last typed opens (a patient search).
+    banner_template: str = ""
     _font: Any = field(default_factory=_font, repr=False)
 
     @classmethod
     def from_spec(cls, spec: DesktopSpec) -> SimulatedDesktop:
         return cls(spec.window_title, [Widget(**w.model_dump()) for w in spec.widgets],
-                   clock=10 * 3600 if spec.clock else None, banner=spec.banner)
+                   clock=10 * 3600 if spec.clock else None,
+                   banner=spec.banner.replace("{typed}", "").strip(),
+                   banner_template=spec.banner if "{typed}" in spec.banner else "")
 
     def find(self, text: str) -> Widget | None:
         """The widget named ``text`` (case-insensitive; exact name first, then substring)."""
@@ -138,6 +142,8 @@ class SimulatedDesktop:
             widget.text += text
         self.select_all = False
         self.status = f"typed {len(text)} chars"
+        if self.banner_template:
+            self.banner = self.banner_template.replace("{typed}", text.strip())
 
     def press(self, keys: list[str]) -> None:
         self.last_keys = "+".join(keys)

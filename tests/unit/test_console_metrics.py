@@ -187,3 +187,30 @@ def test_a_scrape_reads_the_counters_histograms_and_gauges() -> None:
     after = samples(m)
     assert ("lea_audit_backlog", (("sender", "dispatcher"),)) not in after
     assert after[("lea_audit_backlog", (("sender", "console"),))] == 0  # read, not told
+
+
+def test_work_items_at_risk_are_counted_by_queue() -> None:
+    m = Metrics(lambda: 0.0)
+    m.on_event(ev(events.QUEUE_ITEM_AT_RISK, queue="admissions", reference="a"))
+    m.on_event(ev(events.QUEUE_ITEM_AT_RISK, queue="admissions", reference="b"))
+    m.on_event(ev(events.QUEUE_ITEM_AT_RISK, queue=None, reference="c"))
+    got = samples(m)
+    assert got[("lea_queue_items_at_risk_total", (("queue", "admissions"),))] == 2
+    assert got[("lea_queue_items_at_risk_total", (("queue", "unknown"),))] == 1
+
+
+def test_queues_and_pools_as_the_dispatcher_lists_them() -> None:
+    m = Metrics(lambda: 0.0)
+    m.tracker.on_queues(
+        [{"name": "admissions", "counts": {"new": 3, "done": 2}, "oldest_waiting_s": 42.5},
+         {"name": None, "counts": "bad", "oldest_waiting_s": "x"}],
+        [{"machine_id": "p1", "pool": "ward", "state": "idle"},
+         {"machine_id": "p2", "pool": "ward", "state": "idle"},
+         {"machine_id": "p3", "pool": "ward", "state": "offline"}])
+    got = samples(m)
+    assert got[("lea_queue_items", (("queue", "admissions"), ("state", "new")))] == 3
+    assert got[("lea_queue_items", (("queue", "admissions"), ("state", "needs_person")))] == 0
+    assert got[("lea_queue_oldest_waiting_seconds", (("queue", "admissions"),))] == 42.5
+    assert got[("lea_queue_items", (("queue", "unknown"), ("state", "new")))] == 0
+    assert got[("lea_pool_agents", (("pool", "ward"), ("state", "idle")))] == 2
+    assert got[("lea_pool_agents", (("pool", "ward"), ("state", "offline")))] == 1

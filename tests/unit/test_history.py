@@ -14,6 +14,7 @@ from tests.history import (
     DOUBLE_INPUT,
     INPUT_AFTER_FAILED_GUARD,
     INPUT_AFTER_STOP,
+    ITEM_INPUT_TWICE,
     NOT_EXACTLY_ONCE,
     Effect,
     Record,
@@ -266,3 +267,30 @@ def test_a_test_fails_on_a_property_it_does_not_say_it_breaks_and_on_one_it_keep
     assert judged(verdict, {DOUBLE_INPUT}) is None
     problem = judged(verdict, {DOUBLE_INPUT, INPUT_AFTER_STOP}) or ""
     assert "marked history_breaks(input_after_stop), but the history keeps it" in problem
+
+
+# item_input_twice ---------------------------------------------------------------------------
+
+def _item_replay(replay_id: str, start: float, q: str = "adm", ref: str = "a") -> History:
+    h = History(replay_id)
+    h.t = start
+    h.record("replay_started", total=1, queue=q, reference=ref)
+    return h.step("s0", f"{replay_id}-a0")
+
+
+def test_one_items_input_in_two_of_its_replays_is_item_input_twice() -> None:
+    first, second = _item_replay("r1", 1000.0), _item_replay("r2", 2000.0)
+    other = _item_replay("r3", 3000.0, ref="b")  # another item: its own input
+    verdict = check([*first.records, *second.records, *other.records],
+                    [*first.effects, *second.effects, *other.effects])
+    assert [(f.prop, f.replay_id, f.step) for f in verdict.findings] == [
+        (ITEM_INPUT_TWICE, "r2", "s0")]
+    assert "item adm/a" in account(verdict)
+
+
+def test_a_person_retrying_the_item_allows_its_input_again() -> None:
+    first, second = _item_replay("r1", 1000.0), _item_replay("r2", 2000.0)
+    first.record("queue_item_changed", queue="adm", reference="a", state="new",
+                 operator="ide", replay_id="r1")
+    verdict = check([*first.records, *second.records], [*first.effects, *second.effects])
+    assert verdict.findings == []

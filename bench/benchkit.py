@@ -44,7 +44,7 @@ ECHO = "bench.echo"
 def quiet_logs() -> None:
     """Warnings and errors only from our own (bench) process."""
     logger.remove()
-    logger.add(sys.stderr, level="WARNING")
+    logger.add(sys.stderr, level="WARNING", diagnose=False, backtrace=False)
 
 
 def free_port() -> int:

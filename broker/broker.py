@@ -97,12 +97,14 @@ class Broker:
         self.monitors = [SocketMonitor(r, "mdp"), SocketMonitor(self.bus.xsub, "bus_in")]
         # Every listener that asks ZAP is bound after its server (broker/zap.py).
         self.zap = ZapServer(self.ctx)
-        self.zap.serve(tree_door.TREE_DOMAIN, tree_door.judge, self._tree_refused)
+        self.zap.serve(tree_door.TREE_DOMAIN, tree_door.judge,
+                       self._door_refused("tree", self.settings.tree_mdp_endpoint))
         _bind(r, self.settings.mdp_endpoint)
         # Options apply to the binds after them: the plain endpoint, then the tree's door
         # and the people's door (each a ZAP domain), then CURVE.
         tree_door.bind(r, self.settings.tree_mdp_endpoint)
-        self.zap.serve(control_door.CONTROL_DOMAIN, control_door.judge, self._tree_refused)
+        self.zap.serve(control_door.CONTROL_DOMAIN, control_door.judge,
+                       self._door_refused("control", self.settings.control_mdp_endpoint))
         control_door.bind(r, self.settings.control_mdp_endpoint)
         if self.settings.curve:
             # No peer may take over another's connection by claiming its routing id (ours
@@ -318,16 +320,20 @@ class Broker:
         self.bus.publish(WORKER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
         self.audit.record("worker_refused", data, self.mdp.now)
 
-    def _tree_refused(self, request: list[bytes], verdict: Verdict) -> None:
-        """A connection to the tree's door from another user (broker/tree_door.py)."""
-        peer = request[3].decode("utf-8", "replace")
-        if self._error_log_limit.allow(self.mdp.now):
-            logger.warning("broker: refused a connection to the tree's door from {}: {}",
-                           peer, verdict.text)
-        data = {"socket": "tree", "endpoint": self.settings.tree_mdp_endpoint,
-                "peer": peer, "key_prefix": "", "reason": verdict.text}
-        self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
-        self.audit.record("peer_refused", data, self.mdp.now)
+    def _door_refused(self, socket_name: str, endpoint: str
+                      ) -> Callable[[list[bytes], Verdict], None]:
+        """What to do of a connection refused at the tree's door (another user,
+        broker/tree_door.py) or at the people's door (broker/control_door.py)."""
+        def refused(request: list[bytes], verdict: Verdict) -> None:
+            peer = request[3].decode("utf-8", "replace")
+            if self._error_log_limit.allow(self.mdp.now):
+                logger.warning("broker: refused a connection to the {} door from {}: {}",
+                               socket_name, peer, verdict.text)
+            data = {"socket": socket_name, "endpoint": endpoint, "peer": peer,
+                    "key_prefix": "", "reason": verdict.text}
+            self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
+            self.audit.record("peer_refused", data, self.mdp.now)
+        return refused
 
     def _summary(self) -> None:
         """One line per window with what changed: a warning if input was rejected or peers

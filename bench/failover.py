@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
         backup_proc = start_backup()
         t.client.close()
-        t.client = SyncClient([a, b])
+        t.client = SyncClient([tree_env["LEA_TREE_ENDPOINT"], backup_env["LEA_TREE_ENDPOINT"]])
         t.wait_ready()
         wait_state(a, "active")
         wait_state(b, "passive")

@@ -5,11 +5,20 @@ An actor subclass names its ``service`` and registers handlers; its poll loop
 handler and replies. Bad input never escapes a handler: it becomes an
 :class:`~messages.ErrorReply` and a ``lea:bad_message`` event.
 
-Who may ask what (docs/protocol.md, "CURVE and identity"): a peer of the plain loopback endpoint (an
-actor, the command line) is trusted. A peer the broker authenticated with CURVE is an agent, named
-by its identity (:attr:`Incoming.identity`); it may send only the types in
-:attr:`Actor.agent_requests`, and only for its own machine. Anything else is refused
-(``forbidden`` / ``wrong_machine``) with a ``lea:sender_refused`` event.
+Who may ask what (docs/architecture.md, "Who may do what"), by the door a request came
+through (:attr:`Incoming.identity`, written by the broker):
+
+- the tree's own door (``@tree``: an actor, the console, the supervisor): anything;
+- the people's door (``@os:<uid>``, the command line): what the plain endpoint may, and the
+  :attr:`Actor.control_requests` if that OS account is the tree's or in ``control_group``
+  (actors/callers.py); its ``os_user`` is filled from the proof, ``account``/``role`` refused;
+- the plain loopback endpoint (no identity: nothing says who calls): reads and agents'
+  messages, never :attr:`Actor.control_requests` nor :attr:`Actor.tree_requests`;
+- a peer the broker authenticated with CURVE is an agent, named by its identity; it may send
+  only the types in :attr:`Actor.agent_requests`, and only for its own machine.
+
+Anything else is refused (``forbidden``, ``not_in_control_group``, ``forged_claim``,
+``wrong_machine``) with a ``lea:sender_refused`` event.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any, ClassVar, TypeVar, cast
 import zmq
 from loguru import logger
 
+from actors import callers
 from actors.deferred import Deferred, DeferredPool
 from messages import events
 from messages.base import Message
@@ -32,7 +42,7 @@ from runtime.rate_limit import RateLimit
 from runtime.settings import Settings
 from transport.bus import Publisher
 from transport.client import Callback, Client
-from transport.peer_id import identity_of
+from transport.peer_id import TREE_USER_ID, identity_of, is_agent, person_uid
 from transport.poll_loop import Pollable, PollLoop, Timers
 from transport.worker import Request, Worker, answer
 
@@ -51,12 +61,24 @@ class Incoming:
     worker: int = 0
     """Which of the actor's worker connections it came on (the reply goes back there)."""
 
+    @property
+    def agent(self) -> str | None:
+        """The agent (CURVE identity) that sent it, or None: the tree, a person, a peer of
+        the plain endpoint."""
+        return self.identity if is_agent(self.identity) else None
+
+
+def caller_of(req: Incoming) -> dict[str, Any]:
+    """The OS account of a request from the people's door (``os_user``, ``uid``), else {}."""
+    uid = person_uid(req.identity)
+    return {} if uid is None else {"os_user": callers.account_name(uid), "uid": uid}
+
 
 Handler = Callable[[Any, Incoming], Message]
 MachineOf = Callable[[Any], str]
 """The machine a message speaks for (its ``machine_id``)."""
 
-__all__ = ["Actor", "Deferred", "Handler", "Incoming", "MachineOf"]
+__all__ = ["Actor", "Deferred", "Handler", "Incoming", "MachineOf", "caller_of"]
 
 
 class Actor:
@@ -72,6 +94,10 @@ class Actor:
     agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {Ping: None}
     """What an authenticated peer (an agent) may send: each type with the machine its body
     speaks for, which must be the sender's identity (None: no machine in it)."""
+    control_requests: ClassVar[frozenset[type[Message]]] = frozenset()
+    """Commands that change or delete: from the tree, or a person of the control group."""
+    tree_requests: ClassVar[frozenset[type[Message]]] = frozenset()
+    """Messages only the tree's own processes may send (records in an actor's name...)."""
 
     def __init__(self, settings: Settings) -> None:
         if not self.service:
@@ -188,15 +214,20 @@ class Actor:
 
     def _dispatch(self, envelope: Envelope[Message], client: bytes) -> Message:
         req = Incoming(envelope.id, client, identity_of(client), self._serving)
-        if req.identity is not None:
-            refusal = self.authorize(envelope.body, req)
-            if refusal is not None:
-                return refusal
-        handler = self._handlers.get(type(envelope.body))
+        msg = envelope.body
+        if is_agent(req.identity):
+            refusal = self.authorize(msg, req)
+        elif req.identity != TREE_USER_ID:
+            msg, refusal = self.admit_local(msg, req)
+        else:
+            refusal = None
+        if refusal is not None:
+            return refusal
+        handler = self._handlers.get(type(msg))
         if handler is None:
             return ErrorReply(code="unsupported_type",
                               message=f"{self.service} does not handle {envelope.type!r}")
-        reply = handler(envelope.body, req)
+        reply = handler(msg, req)
         self._held = isinstance(reply, Deferred)
         return reply
 
@@ -215,13 +246,41 @@ class Actor:
                 f"agent {identity!r} cannot send {msg.type_name!r} for machine {claimed!r}"))
         return None
 
+    def admit_local(self, msg: Message, req: Incoming) -> tuple[Message, Message | None]:
+        """A request of the plain endpoint or the people's door: (the message to serve, with
+        ``os_user`` filled from the proof; the refusal, or None)."""
+        kind = type(msg)
+        if kind in self.tree_requests:
+            return msg, self.refuse_sender(msg, req, "forbidden", (
+                f"{self.service} takes {msg.type_name!r} from the tree's own processes only"))
+        if kind not in self.control_requests:
+            return msg, None
+        uid = person_uid(req.identity)
+        if uid is None:
+            return msg, self.refuse_sender(msg, req, "forbidden", (
+                f"{msg.type_name!r} changes replays or the audit trail: it is taken from the "
+                "people's door only (LEA_CONTROL_ENDPOINT, which the command line uses), "
+                "where the server knows the caller's OS account"))
+        name = callers.account_name(uid)
+        why = callers.control_refusal(uid, name, os.getuid(), self.settings.control_group,
+                                      callers.group_names(uid))
+        if why is not None:
+            return msg, self.refuse_sender(msg, req, "not_in_control_group", why)
+        why = callers.claim_problem(msg.model_dump(), name)
+        if why is not None:
+            return msg, self.refuse_sender(msg, req, "forged_claim", why)
+        if "os_user" in kind.model_fields:
+            msg = msg.model_copy(update={"os_user": name})
+        return msg, None
+
     def refuse_sender(self, msg: Message, req: Incoming, code: str, text: str) -> Message:
         """Refuse ``msg`` for who sent it: an event, a (rate-limited) log line, the error."""
         if self._refusal_log.allow(time.monotonic()):
             logger.warning("{}: refused {}: {}", self.service, msg.type_name, text)
         self.publish(events.SENDER_REFUSED, service=self.service, type=msg.type_name,
-                     identity=req.identity, code=code, message=text)
-        return ErrorReply(code=code, message=text, detail={"identity": req.identity})
+                     identity=req.identity, code=code, message=text, **caller_of(req))
+        return ErrorReply(code=code, message=text,
+                          detail={"identity": req.identity, **caller_of(req)})
 
     def _refused(self, reason: str, detail: str) -> None:
         self.publish(events.BAD_MESSAGE, service=self.service, reason=reason,

@@ -62,7 +62,7 @@ from messages.safety import CaptureScreen, ScreenCaptured
 from messages.workflow import INPUT_TYPES
 from runtime.settings import Settings
 from transport.client import Client
-from transport.peer_id import identity_of
+from transport.peer_id import TREE_USER_ID, identity_of
 from transport.poll_loop import Pollable, PollLoop
 from transport.worker import Request, Worker, answer
 
@@ -149,9 +149,10 @@ class Agent:
 
     def _dispatch(self, envelope: Envelope[Message], sender: str | None = None) -> Message:
         body = envelope.body
-        if sender is not None and not isinstance(body, Ping):
-            # Actions and pauses come from the dispatcher, a local peer: never from another
-            # agent that came in with CURVE (transport/peer_id.py).
+        if sender not in (None, TREE_USER_ID) and not isinstance(body, Ping):
+            # Actions and pauses come from the dispatcher (the tree's door, or a local peer):
+            # never from another agent that came in with CURVE, nor from a person's command
+            # (transport/peer_id.py).
             logger.warning("refused a {!r} request from agent {!r}", envelope.type, sender)
             return ErrorReply(code="forbidden", message=(
                 f"{self.service} takes {envelope.type!r} from the dispatcher only, not from"

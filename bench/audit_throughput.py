@@ -173,10 +173,12 @@ def floor(tmp: Path, batches: Batches) -> float:
 def audit_service(keep: bool, database_url: str = ""
                   ) -> Iterator[tuple[str, Path, dict[str, int]]]:
     """A broker and an audit_log actor (its trail in PostgreSQL at ``database_url`` if
-    given); (endpoint, tmp dir, pids)."""
+    given); (the tree's door, tmp dir, pids). The bench sends as the tree's senders do,
+    through the tree's door (audit.append is taken from there only), and so does its floor."""
     tmp = Path(tempfile.mkdtemp(prefix="lea-audit-bench-"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    env = dict(os.environ, LEA_MDP_ENDPOINT=endpoint,
+    door = f"ipc://{tmp}/tree.sock"
+    env = dict(os.environ, LEA_MDP_ENDPOINT=endpoint, LEA_TREE_ENDPOINT=door,
                LEA_BUS_IN_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
                LEA_BUS_OUT_ENDPOINT=f"tcp://127.0.0.1:{free_port()}",
                LEA_DATA_DIR=str(tmp / "var"), LEA_LOG_LEVEL="WARNING",
@@ -191,7 +193,7 @@ def audit_service(keep: bool, database_url: str = ""
                 procs.append(subprocess.Popen([sys.executable, *argv], env=env, cwd=ROOT,
                                               stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True))
-        client = SyncClient(endpoint)
+        client = SyncClient(door)
         deadline = time.monotonic() + 30
         while service_pid(client, "audit_log") is None or \
                 client.raw("mmi.service", ECHO.encode())[:1] != [b"200"]:
@@ -199,7 +201,7 @@ def audit_service(keep: bool, database_url: str = ""
                 raise RuntimeError(f"audit_log or the echo worker not serving; see {tmp}")
             time.sleep(0.05)
         client.close()
-        yield endpoint, tmp, {"broker": procs[0].pid, "audit_log": procs[1].pid}
+        yield door, tmp, {"broker": procs[0].pid, "audit_log": procs[1].pid}
     finally:
         for proc in reversed(procs):
             proc.terminate()

@@ -33,6 +33,7 @@ from cli.ping import service_pid  # noqa: E402
 from messages.codec import encode  # noqa: E402
 from messages.dispatch import DispatchAction, DispatchMeta  # noqa: E402
 from messages.workflow import Action, Workflow  # noqa: E402
+from runtime.settings import Settings  # noqa: E402
 from supervision.tree import child_pid  # noqa: E402
 from transport import mdp  # noqa: E402
 from transport.client import SyncClient  # noqa: E402
@@ -44,7 +45,7 @@ ECHO = "bench.echo"
 def quiet_logs() -> None:
     """Warnings and errors only from our own (bench) process."""
     logger.remove()
-    logger.add(sys.stderr, level="WARNING")
+    logger.add(sys.stderr, level="WARNING", diagnose=False, backtrace=False)
 
 
 def free_port() -> int:
@@ -171,7 +172,12 @@ class Tree:
         self.env.update(extra_env or {})
         self.procs: list[subprocess.Popen[bytes]] = []
         self.tree = self.spawn([sys.executable, "run.py"], "tree")
-        self.client = SyncClient(self.endpoint)
+        # The bench speaks for people and the tree (starts, the watchdog's view...): through
+        # the tree's door, where such calls are taken; agents use ``endpoint``.
+        self.door = Settings(data_dir=Path(self.env["LEA_DATA_DIR"]),
+                             tree_endpoint=self.env.get("LEA_TREE_ENDPOINT", "")
+                             ).tree_mdp_endpoint
+        self.client = SyncClient(self.door)
 
     def spawn(self, argv: list[str], name: str, **kwargs: Any) -> subprocess.Popen[bytes]:
         """A process of ours, in its own session (so that close() can end its children)."""

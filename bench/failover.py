@@ -125,7 +125,9 @@ class LoneBackup:
         self.b = self.backup_env["LEA_MDP_ENDPOINT"]
         self.backup = self._start_backup()
         self.tree.client.close()
-        self.tree.client = SyncClient([self.a, self.b])
+        # Starts and status speak for people: through each side's tree door.
+        self.tree.client = SyncClient([tree_env["LEA_TREE_ENDPOINT"],
+                                       backup_env["LEA_TREE_ENDPOINT"]])
         self.tree.wait_ready()
 
     def _start_backup(self) -> subprocess.Popen[bytes]:
@@ -182,7 +184,7 @@ class WholeTrees:
         self.other = Tree(side("backup", self.b, self.a, state_b, state_a, "b"),
                           keep=args.keep, heartbeat_ms=args.heartbeat_ms)
         self.tree.client.close()
-        self.tree.client = SyncClient([self.a, self.b])
+        self.tree.client = SyncClient([f"ipc://{tmp}/a.sock", f"ipc://{tmp}/b.sock"])
         self.tree.wait_ready()
         wait_state(self.b, "passive")
         # The backup's tree is up when each of its actors has started (none can answer

@@ -321,7 +321,7 @@ def main() -> int:
     parser.add_argument("--real-only", action="store_true", help="only the real set")
     args = parser.parse_args()
     logger.remove()
-    logger.add(sys.stderr, level="WARNING")
+    logger.add(sys.stderr, level="WARNING", diagnose=False, backtrace=False)
     n = LoopConfig().screen_static_n
     real = load()
     floor = jpeg_decode_floor(real)

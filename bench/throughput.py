@@ -103,7 +103,7 @@ def _start_replays(t: Tree, counts: list[int], steps: int,
     """Send every StartReplay at once (one client, all outstanding); (sent at, replay ids)."""
     wf = noop_workflow(steps)
     ctx: zmq.Context[Any] = zmq.Context()
-    client = Client(ctx, t.endpoint)
+    client = Client(ctx, t.door)
     ids: list[str] = []
     errors: list[str] = []
 

@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from broker import tree_door
+from broker import control_door, tree_door
 from broker.binary_star import Note, Pair
 from broker.bus_proxy import BATCH, BusProxy
 from broker.curve import ZAP_DOMAIN, CurveListener
@@ -37,6 +37,7 @@ from runtime.rate_limit import RateLimit
 from runtime.settings import Settings, settings_or_exit
 from transport.curve_keys import CurveConfigError
 from transport.frames import poll_items, recv_message, zmq_poll
+from transport.peer_id import PERSON_PREFIX
 
 HWM = 100_000
 MMI_BROKER = b"mmi.broker"
@@ -96,11 +97,15 @@ class Broker:
         self.monitors = [SocketMonitor(r, "mdp"), SocketMonitor(self.bus.xsub, "bus_in")]
         # Every listener that asks ZAP is bound after its server (broker/zap.py).
         self.zap = ZapServer(self.ctx)
-        self.zap.serve(tree_door.TREE_DOMAIN, tree_door.judge, self._tree_refused)
+        self.zap.serve(tree_door.TREE_DOMAIN, tree_door.judge,
+                       self._door_refused("tree", self.settings.tree_mdp_endpoint))
         _bind(r, self.settings.mdp_endpoint)
         # Options apply to the binds after them: the plain endpoint, then the tree's door
-        # (a ZAP domain), then CURVE.
+        # and the people's door (each a ZAP domain), then CURVE.
         tree_door.bind(r, self.settings.tree_mdp_endpoint)
+        self.zap.serve(control_door.CONTROL_DOMAIN, control_door.judge,
+                       self._door_refused("control", self.settings.control_mdp_endpoint))
+        control_door.bind(r, self.settings.control_mdp_endpoint)
         if self.settings.curve:
             # No peer may take over another's connection by claiming its routing id (ours
             # never choose one: only a hand-made peer would, majordomo.py).
@@ -136,8 +141,9 @@ class Broker:
             old_int = signal.signal(signal.SIGINT, self._on_signal)
         try:
             self._open()
-            logger.info("broker: MDP/0.2 on {}, tree's door {}, bus in {}, bus out {}",
-                        self.settings.mdp_endpoint, self.settings.tree_mdp_endpoint,
+            logger.info("broker: MDP/0.2 on {}, tree's door {}, people's door {}, bus in {}, "
+                        "bus out {}", self.settings.mdp_endpoint,
+                        self.settings.tree_mdp_endpoint, self.settings.control_mdp_endpoint,
                         self.settings.bus_in_endpoint, self.settings.bus_out_endpoint)
             self._loop()
             logger.info("broker: stopping ({})", self._signal or "stop()")
@@ -308,21 +314,26 @@ class Broker:
             logger.warning("broker: refused READY for {!r} from {}: {}",
                            service.decode("ascii", "replace"), peer.hex(), reason)
         data = {"peer": peer.hex(), "user_id": user_id,
-                "door": "curve" if user_id else "loopback",
+                "door": ("control" if user_id.startswith(PERSON_PREFIX) else "curve")
+                if user_id else "loopback",
                 "service": service.decode("ascii", "replace"), "reason": reason}
         self.bus.publish(WORKER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
         self.audit.record("worker_refused", data, self.mdp.now)
 
-    def _tree_refused(self, request: list[bytes], verdict: Verdict) -> None:
-        """A connection to the tree's door from another user (broker/tree_door.py)."""
-        peer = request[3].decode("utf-8", "replace")
-        if self._error_log_limit.allow(self.mdp.now):
-            logger.warning("broker: refused a connection to the tree's door from {}: {}",
-                           peer, verdict.text)
-        data = {"socket": "tree", "endpoint": self.settings.tree_mdp_endpoint,
-                "peer": peer, "key_prefix": "", "reason": verdict.text}
-        self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
-        self.audit.record("peer_refused", data, self.mdp.now)
+    def _door_refused(self, socket_name: str, endpoint: str
+                      ) -> Callable[[list[bytes], Verdict], None]:
+        """What to do of a connection refused at the tree's door (another user,
+        broker/tree_door.py) or at the people's door (broker/control_door.py)."""
+        def refused(request: list[bytes], verdict: Verdict) -> None:
+            peer = request[3].decode("utf-8", "replace")
+            if self._error_log_limit.allow(self.mdp.now):
+                logger.warning("broker: refused a connection to the {} door from {}: {}",
+                               socket_name, peer, verdict.text)
+            data = {"socket": socket_name, "endpoint": endpoint, "peer": peer,
+                    "key_prefix": "", "reason": verdict.text}
+            self.bus.publish(PEER_REFUSED, dict(data), self._peer_limit, self.mdp.now)
+            self.audit.record("peer_refused", data, self.mdp.now)
+        return refused
 
     def _summary(self) -> None:
         """One line per window with what changed: a warning if input was rejected or peers

@@ -55,7 +55,7 @@ from transport.mdp import (
     passive_disconnect,
     valid_service_name,
 )
-from transport.peer_id import TAG, client_address
+from transport.peer_id import PERSON_PREFIX, TAG, client_address
 
 MAX_QUEUE = 100_000  # requests waiting per service; past it new ones are dropped
 
@@ -156,12 +156,13 @@ class Majordomo:
                 self.stats["queue_full"] += 1
                 return
             routing = frames[0]
-            if self.curve and first is not None:
-                uid = user_id(first)
-                address = client_address(self._masked(routing),
-                                         None if uid == TREE_USER_ID else uid)
-            elif routing.startswith(TAG):
-                address = client_address(routing, None)
+            # Every door but the plain one gives a User-Id: the tree's, a person's (the
+            # people's door) or an agent's (CURVE). Workers are told which.
+            uid = user_id(first) if first is not None else None
+            if self.curve:
+                address = client_address(self._masked(routing), uid)
+            elif uid is not None or routing.startswith(TAG):
+                address = client_address(routing, uid)
             else:
                 address = routing
             service.requests.append((address, body, self.now, routing))
@@ -398,6 +399,8 @@ def _refusal(name: bytes, first: zmq.Frame | None) -> tuple[str, str] | None:
     if name in TREE_SERVICES:
         return uid or "", (f"{name.decode()!r} is served by the tree's own processes only "
                            "(from its door, tree_endpoint)")
+    if uid is not None and uid.startswith(PERSON_PREFIX):
+        return uid, "the people's door (control_endpoint) serves no service"
     if uid is not None and name != AGENT_PREFIX + uid.encode():
         return uid, f"a peer authenticated as {uid!r} may only serve 'agent.{uid}'"
     return None

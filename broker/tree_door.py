@@ -27,9 +27,12 @@ from typing import Final
 import zmq
 
 from broker.zap import Verdict
+from transport.peer_id import TREE_USER_ID
+
+__all__ = ["TREE_DOMAIN", "TREE_SERVICES", "TREE_USER_ID", "TreeDoorError", "admits", "bind",
+           "ipc_path", "judge", "peer_uid", "private_dir"]
 
 TREE_DOMAIN: Final = b"lea-tree"
-TREE_USER_ID: Final = "@tree"
 TREE_SERVICES: Final = frozenset({
     b"dispatcher", b"watchdog", b"loop_detector", b"safety_checks", b"monitor_router",
     b"audit_log", b"console"})

@@ -72,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.audit_command == "verify":
         return verify_command(settings, args)
-    client = SyncClient(settings.mdp_endpoints)
+    # The people's door: the server knows this process's OS account (docs/operations.md,
+    # "Who may change replays").
+    client = SyncClient(settings.control_mdp_endpoint)
     try:
         if args.audit_command == "show":
             return _show(client, args)
@@ -80,8 +82,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             return _export(client, args)
         return _prune(client, args)
     except CallFailed as exc:
-        print(f"error: audit_log: {exc.message} ({exc.code}); is the tree running "
-              f"(broker at {settings.mdp_endpoint})?", file=sys.stderr)
+        hint = (f"; is the tree running (broker at {settings.control_mdp_endpoint})?"
+                if exc.code == "timeout" else "")
+        print(f"error: audit_log: {exc.message} ({exc.code}){hint}", file=sys.stderr)
         return EXIT_UNREACHABLE
     finally:
         client.close()

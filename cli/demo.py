@@ -24,7 +24,6 @@ from cli.ollama_stub import OllamaStub
 from cli.ping import ping_service
 from cli.replay_cmd import check_lines, describe, pause_lines
 from cli.tap import format_event
-from cli.whoami import os_user
 from cli.workflow_cmd import load_workflow
 from messages import events
 from messages.events import Event
@@ -160,7 +159,7 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = F
     echo = threading.Thread(target=_echo_events, args=(demo, stop, muted, sys.stdout),
                             daemon=True)
     echo.start()
-    client = SyncClient(demo.mdp_endpoint)
+    client = SyncClient(demo.control_mdp_endpoint)
     try:
         deadline = time.monotonic() + 30
         while not all(ping_service(client, s, 0.5)["status"] == "ok" for s in ACTORS):
@@ -214,8 +213,7 @@ def _follow(client: SyncClient, replay_id: str, muted: threading.Event) -> int:
             acked = ask_checks(summary)
             try:
                 client.call("dispatcher", ResumeReplay(
-                    replay_id=replay_id, acknowledged_check_ids=acked, operator=operator,
-                    os_user=os_user()))
+                    replay_id=replay_id, acknowledged_check_ids=acked, operator=operator))
             except CallFailed as exc:
                 print(f"Resume refused: {exc}")
             muted.clear()

@@ -53,7 +53,7 @@ def run(settings: Settings) -> int:
             [sys.executable, "-m", "agent", "--machine-id", machine, "--pool", "demo",
              "--scenario", str(scenario), "--data-dir", str(data_dir / machine)],
             env=env, cwd=ROOT))
-    client = SyncClient(demo.mdp_endpoint)
+    client = SyncClient(demo.control_mdp_endpoint)
     try:
         deadline = time.monotonic() + 30
         while not all(ping_service(client, s, 0.5)["status"] == "ok" for s in ACTORS):

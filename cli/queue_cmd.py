@@ -85,7 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    client = SyncClient(settings.mdp_endpoints)
+    # The people's door: queue changes are taken there only, under the caller's OS
+    # account (docs/operations.md, "Who may change replays").
+    client = SyncClient(settings.control_mdp_endpoint)
     try:
         return _run(client, args)
     except (OSError, ValueError) as exc:

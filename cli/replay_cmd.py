@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from cli.whoami import os_user
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
 from messages.replay import (
@@ -183,7 +182,9 @@ def follow(client: SyncClient, replay_id: str, timeout: float, out: TextIO = sys
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    client = SyncClient(settings.mdp_endpoints)
+    # The people's door: the server learns this process's OS account from the kernel and
+    # records it beside --operator (docs/operations.md, "Who may change replays").
+    client = SyncClient(settings.control_mdp_endpoint)
     try:
         return _run(client, args)
     except ValueError as exc:
@@ -226,8 +227,7 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
             raise ValueError("the input values do not satisfy the workflow's declaration "
                              "(nothing was started):\n  " + "\n  ".join(wrong))
         msg = StartReplay(workflow=workflow, machine_id=args.machine_id, mode=args.mode,
-                          session_id=args.session_id, operator=args.operator,
-                          os_user=os_user(), inputs=values)
+                          session_id=args.session_id, operator=args.operator, inputs=values)
         reply = client.call("dispatcher", msg, timeout_s=timeout).body
         assert isinstance(reply, ReplayStarted)
         _emit(reply, args.json, reply.replay_id)
@@ -241,8 +241,7 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
         return 0
     if command == "pause":
         paused = client.call("dispatcher", PauseReplay(
-            replay_id=args.replay_id, operator=args.operator, message=args.message,
-            os_user=os_user()),
+            replay_id=args.replay_id, operator=args.operator, message=args.message),
             timeout_s=timeout).body
         assert isinstance(paused, Ack)
         inflight = paused.detail.get("inflight_action_id")
@@ -253,15 +252,14 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
     if command == "resume":
         resumed = client.call("dispatcher", ResumeReplay(
             replay_id=args.replay_id, acknowledged_check_ids=args.ack, operator=args.operator,
-            step=args.step, os_user=os_user()),
+            step=args.step),
             timeout_s=timeout).body
         assert isinstance(resumed, ReplayResumed)
         _emit(resumed, args.json,
               f"resumed {resumed.replay_id}: {resumed.remaining_actions} action(s) left")
         return 0
     cancelled = client.call("dispatcher", CancelReplay(replay_id=args.replay_id,
-                                                       operator=args.operator,
-                                                       os_user=os_user()),
+                                                       operator=args.operator),
                             timeout_s=timeout).body
     assert isinstance(cancelled, ReplayCancelled)
     _emit(cancelled, args.json, f"{cancelled.status} {cancelled.replay_id}"

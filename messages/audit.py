@@ -122,6 +122,8 @@ class PruneScreenshots(Message, type_name="audit.prune_screenshots"):
 
     older_than_days: float = Field(ge=0, le=100_000)
     operator: str | None = Field(None, max_length=128)
+    os_user: str | None = Field(None, max_length=128)
+    """Filled by audit_log from the people's door (actors/callers.py), never trusted."""
 
 
 class ScreenshotsPruned(Message, type_name="audit.screenshots_pruned"):

@@ -32,13 +32,19 @@ def setup_logging(name: str, level: str = "INFO", log_file: Path | None = None) 
     No stderr (``pythonw``, no console): not there. ``log_file``: also to that file, rotated
     (:data:`LOG_FILE_BYTES`, :data:`LOG_FILE_KEPT`), patient text left out; a file that
     cannot be opened is said on stderr and the process goes on."""
+    # Every sink with diagnose=False and backtrace=False (docs/operations.md, "Logs"):
+    # loguru's defaults print, under a logged exception, the value of every local variable
+    # of every frame (typed text, a workflow's inputs, audit records: patient data), and
+    # the frames above the one that caught it (the loop's plumbing).
     logger.remove()
     logger.configure(extra={"proc": name})
     if sys.stderr is not None:
         if os.environ.get("LEA_LOG_JSON") == "1":
-            logger.add(sys.stderr, level=level, serialize=True)
+            logger.add(sys.stderr, level=level, serialize=True, diagnose=False,
+                       backtrace=False)
         else:
-            logger.add(sys.stderr, level=level, format=LINE + "{message}")
+            logger.add(sys.stderr, level=level, format=LINE + "{message}", diagnose=False,
+                       backtrace=False)
     if log_file is None:
         return
     try:
@@ -47,6 +53,7 @@ def setup_logging(name: str, level: str = "INFO", log_file: Path | None = None) 
         if free < MIN_FREE_BYTES:  # every write would fail, each with loguru's traceback
             raise OSError(errno.ENOSPC, f"{free} bytes free on its disk")
         logger.add(log_file, level=level, format=_file_format, rotation=LOG_FILE_BYTES,
-                   retention=LOG_FILE_KEPT, encoding="utf-8", delay=False)
+                   retention=LOG_FILE_KEPT, encoding="utf-8", delay=False, diagnose=False,
+                   backtrace=False)
     except OSError as exc:
         logger.error("cannot write the log file {}: {}", log_file, exc)

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     # tree's user may enter; the actors' services are served from it only.
     # "" = ipc://<tmp>/lea-<uid>-<key of data_dir>/tree.sock (tree_mdp_endpoint says why)
     tree_endpoint: str = Field("", pattern=r"^(ipc://.+)?$")
+    # The people's door (broker/control_door.py): an ipc:// socket every local account may
+    # reach, where the broker learns each caller's uid from the kernel; the commands that
+    # change or delete are taken from it only, from the tree's user or a member of
+    # control_group ("" = the tree's user alone). "" = ipc://<tmp>/lea-ctl-<uid>-<key>/
+    # control.sock (control_mdp_endpoint).
+    control_endpoint: str = Field("", pattern=r"^(ipc://.+)?$")
+    control_group: str = Field("", max_length=64, pattern=r"^([A-Za-z_][A-Za-z0-9_.-]*)?$")
     # The supervisor console (console/): a web page on console_host:console_port (0 = no
     # console). Beyond loopback it needs console_token (console/access.py says why and how).
     console_host: str = "127.0.0.1"
@@ -98,12 +105,27 @@ class Settings(BaseSettings):
         path."""
         if self.tree_endpoint:
             return self.tree_endpoint
+        return self._door("lea", "tree.sock")
+
+    @property
+    def control_mdp_endpoint(self) -> str:
+        """Where people's commands reach the broker (the command line): a socket in a
+        directory every local account may enter (broker/control_door.py). Its default name
+        has no uid in it: other accounts, whose uid differs, must find the same door from the
+        same data directory."""
+        if self.control_endpoint:
+            return self.control_endpoint
+        return self._door("lea-ctl", "control.sock", with_uid=False)
+
+    def _door(self, prefix: str, name: str, with_uid: bool = True) -> str:
         key = hashlib.sha256(os.fsencode(self.data_dir.resolve())).hexdigest()[:16]
-        if sys.platform == "win32":
-            uid = "w"
+        if not with_uid:
+            folder = f"{prefix}-{key}"
+        elif sys.platform == "win32":
+            folder = f"{prefix}-w-{key}"
         else:
-            uid = str(os.getuid())
-        return f"ipc://{Path(tempfile.gettempdir()) / f'lea-{uid}-{key}' / 'tree.sock'}"
+            folder = f"{prefix}-{os.getuid()}-{key}"
+        return f"ipc://{Path(tempfile.gettempdir()) / folder / name}"
 
     @property
     def mdp_endpoints(self) -> tuple[str, ...]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from loguru import logger
 
@@ -21,14 +22,16 @@ from actors.audit_log.chain import ChainRecord
 from actors.audit_log.screenshots import digest_of
 from actors.audit_log.store import AuditStore
 from actors.audit_log.stores import open_store
-from actors.base import Actor, Incoming
+from actors.base import Actor, Incoming, caller_of
 from messages import events
 from messages.audit import (
+    RESERVED_SOURCE,
     AppendProblem,
     AppendRecords,
     AuditHead,
     AuditPage,
     AuditQuery,
+    AuditRecordIn,
     AuditRecordOut,
     GetAuditHead,
     GetScreenshot,
@@ -36,12 +39,15 @@ from messages.audit import (
     RecordsAcked,
     Screenshot,
     ScreenshotsPruned,
+    canonical_json,
     encode_append,
 )
 from messages.base import Message
 from messages.control import ErrorReply
+from runtime.rate_limit import RateLimit
 from runtime.settings import Settings
 
+REFUSALS_PER_S = 5.0
 DATABASE_LOST_EXIT = 75
 """Exit status when the database connection is lost (EX_TEMPFAIL): the supervisor restarts
 the actor; the sender of the request in progress sends it again (stored once)."""
@@ -53,11 +59,15 @@ class AuditLogActor(Actor):
     """Keeps the append-only, hash-chained audit trail."""
 
     service = "audit_log"
+    # Records in another actor's name come from the tree only; retention deletes images.
+    control_requests: ClassVar[frozenset[type[Message]]] = frozenset({PruneScreenshots})
+    tree_requests: ClassVar[frozenset[type[Message]]] = frozenset({AppendRecords})
 
     def __init__(self, settings: Settings) -> None:
         # Before the sockets: a database out of reach ends the process here.
         self.store = _open_store(settings)
         super().__init__(settings)
+        self._recorded = RateLimit(REFUSALS_PER_S)
         self.handle(AppendRecords, self.on_append)
         self.handle(AuditQuery, self.on_query)
         self.handle(GetAuditHead, self.on_head)
@@ -126,11 +136,33 @@ class AuditLogActor(Actor):
         return Screenshot(sha256=msg.sha256, data=image)
 
     def on_prune(self, msg: PruneScreenshots, _req: Incoming) -> Message:
-        done = self.store.prune_screenshots(msg.older_than_days, msg.operator, time.time())
+        done = self.store.prune_screenshots(msg.older_than_days, msg.operator, time.time(),
+                                            msg.os_user)
         logger.info("audit_log: pruned {} screenshot files ({} bytes) last used before {}",
                     done.files_removed, done.bytes_freed, done.cutoff)
         return ScreenshotsPruned(files_removed=done.files_removed, bytes_freed=done.bytes_freed,
                                  cutoff=done.cutoff, seq=done.seq, more=done.more)
+
+
+    def refuse_sender(self, msg: Message, req: Incoming, code: str, text: str) -> Message:
+        """As every actor does, and a record of the refusal in the trail (at most
+        REFUSALS_PER_S: a hostile peer must not fill it; the next one counts those left
+        out, ``suppressed``)."""
+        reply = super().refuse_sender(msg, req, code, text)
+        if not self._recorded.allow(time.monotonic()):
+            return reply
+        data: dict[str, Any] = {"type": msg.type_name, "code": code, "message": text,
+                                "identity": req.identity, **caller_of(req)}
+        if self._recorded.dropped:
+            data["suppressed"], self._recorded.dropped = self._recorded.dropped, 0
+        record = AuditRecordIn(record_id=f"{RESERVED_SOURCE}:refused:{uuid.uuid4().hex}",
+                               source=RESERVED_SOURCE, kind="request_refused", at=time.time(),
+                               data=data)
+        try:
+            self.store.append([record], [canonical_json(record.data)], record.at)
+        except Exception:  # the refusal stands; the event and the log line say it
+            logger.exception("audit_log: could not record a refused request")
+        return reply
 
 
 def _out(r: ChainRecord, states: Mapping[str, str]) -> AuditRecordOut:

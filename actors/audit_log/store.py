@@ -326,10 +326,10 @@ class AuditStore:
     # Retention ----------------------------------------------------------------------------
 
     def prune_screenshots(self, older_than_days: float, operator: str | None,
-                          now: float) -> PruneResult:
+                          now: float, os_user: str | None = None) -> PruneResult:
         """Mark up to PRUNE_BATCH images last referenced before the cutoff as pruned and
         record it (one transaction), then delete their files (finished at the next start if
-        interrupted)."""
+        interrupted). ``os_user``: the OS account that asked (proven by the people's door)."""
         cutoff = now - older_than_days * 86400.0
         last: ChainRecord | None = None
         with self._db.appending():
@@ -347,7 +347,8 @@ class AuditStore:
                     "at": now, "stored_at": stored_at, "screenshots": {},
                     "data": {"older_than_days": older_than_days, "cutoff": cutoff,
                              "images": len(old), "bytes": sum(s for _d, s in old),
-                             "operator": operator}})
+                             "operator": operator,
+                             **({"os_user": os_user} if os_user else {})}})
                 db.execute(f"INSERT INTO records ({_COLUMNS}) VALUES "
                            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(last))
         if last is not None:

@@ -13,8 +13,9 @@ Who sent a request (docs/protocol.md, "CURVE and identity"): an agent that came 
 known by the identity the broker authenticated (``Incoming.identity``); it may only report, claim,
 tell progress and say hello, each for its own machine, and anything else it asks (a replay control
 command) is refused ``forbidden`` (agents report; people control). Every refusal is an audit record.
-Without CURVE (loopback, SSH tunnel) nothing tells peers apart: the body's ``machine_id``
-stands for the sender, and local peers are trusted operators.
+Without CURVE (loopback, SSH tunnel) nothing tells agents apart: the body's ``machine_id``
+stands for the sender. People's commands are taken from the tree (the console) and from the
+people's door only (actors/base.py, actors/callers.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from loguru import logger
 
-from actors.base import Actor, Incoming, MachineOf
+from actors.base import Actor, Incoming, MachineOf, caller_of
 from actors.dispatcher import rules
 from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.core import DispatcherCore
@@ -131,6 +132,12 @@ class DispatcherActor(Actor):
     agent_requests: ClassVar[Mapping[type[Message], MachineOf | None]] = {
         Ping: None, ActionReport: None, ClaimAttempt: _machine,
         ActionProgress: _machine, AgentHello: _machine, AgentAvailable: _machine}
+    # People's commands (actors/callers.py), and the watchdog's, which fail or re-send steps.
+    control_requests: ClassVar[frozenset[type[Message]]] = frozenset({
+        StartReplay, ResumeReplay, PauseReplay, CancelReplay, CreateQueue, AddItems,
+        ItemCommand})
+    tree_requests: ClassVar[frozenset[type[Message]]] = frozenset(
+        (OrphanResend, OrphanGiveUp))
 
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -168,10 +175,10 @@ class DispatcherActor(Actor):
         self.handle(ActionReport, self.on_report)
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
         self.handle(ClaimAttempt,
-                    lambda m, r: self.core.claim(m, r.identity or m.machine_id,
+                    lambda m, r: self.core.claim(m, r.agent or m.machine_id,
                                                  time.time()).reply)
         self.handle(ActionProgress,
-                    lambda m, r: self._apply(self.core.progress(m, r.identity or m.machine_id,
+                    lambda m, r: self._apply(self.core.progress(m, r.agent or m.machine_id,
                                                                 time.time())))
         self.handle(AgentHello, self.on_hello)
         self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
@@ -269,7 +276,7 @@ class DispatcherActor(Actor):
 
     def on_report(self, msg: ActionReport, req: Incoming) -> Message:
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
-        sender = req.identity or msg.machine_id
+        sender = req.agent or msg.machine_id
         decision = self.core.report(msg, sender, time.time())
         if isinstance(decision.reply, ErrorReply):  # refused: recorded by the core
             self.publish(events.SENDER_REFUSED, service=self.service, type=msg.type_name,
@@ -282,7 +289,7 @@ class DispatcherActor(Actor):
         reply = super().refuse_sender(msg, req, code, text)
         return self._apply(self.core.refused(
             reply, time.time(), type=msg.type_name, code=code, identity=req.identity,
-            message=text, **{k: getattr(msg, k) for k in _REFUSAL_FIELDS
+            message=text, **caller_of(req), **{k: getattr(msg, k) for k in _REFUSAL_FIELDS
                              if isinstance(getattr(msg, k, None), str)}))
 
     # The shell ------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from messages.replay import (
     StartReplay,
 )
 from messages.workflow import Workflow
+from runtime.settings import Settings
 from supervision.tree import child_pid
 from tests.conftest import Spawn, python_argv, wait_until
 from transport.client import CallFailed, SyncClient
@@ -39,6 +40,18 @@ FAST_WATCHDOG = {
     "RPA_WATCHDOG_SCAN_INTERVAL_S": "0.5",
     "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "3",
 }
+
+
+def tree_door(env: dict[str, str]) -> str:
+    """The tree's own door of the tree ``env`` describes (runtime/settings.py)."""
+    return env.get("LEA_TREE_ENDPOINT") or Settings(
+        data_dir=Path(env["LEA_DATA_DIR"])).tree_mdp_endpoint
+
+
+def control_door(env: dict[str, str]) -> str:
+    """The people's door of the tree ``env`` describes (broker/control_door.py)."""
+    return env.get("LEA_CONTROL_ENDPOINT") or Settings(
+        data_dir=Path(env["LEA_DATA_DIR"])).control_mdp_endpoint
 
 
 def workflow(*actions: dict[str, Any], workflow_id: str = "wf") -> Workflow:
@@ -115,7 +128,9 @@ class System:
         self.env = {**env, **FAST_WATCHDOG, "LEA_RESTART_INTENSITY": "50",
                     **(extra_env or {})}
         self.tree = spawn(python_argv("run.py"), env=self.env, name="tree")
-        self.client = SyncClient(self.env["LEA_MDP_ENDPOINT"])
+        # As the tree's own processes call (the console's door): the tests speak for the
+        # tree; what other callers may do is tested through their own doors.
+        self.client = SyncClient(tree_door(self.env))
         ready: set[str] = set()
 
         def all_ready() -> bool:

@@ -34,6 +34,7 @@ from messages.base import Message
 from messages.control import ErrorReply, Ping, Pong
 from messages.events import BAD_MESSAGE
 from tests.conftest import ROOT, Spawn, python_argv, wait_until
+from tests.integration.system import tree_door
 from transport.bus import Subscriber
 from transport.client import Callback, CallFailed, Client, SyncClient
 
@@ -52,8 +53,9 @@ class AuditTree:
     def __init__(self, spawn: Spawn, env: dict[str, str]) -> None:
         self.spawn, self.env = spawn, env
         spawn(python_argv("-m", "broker"), env=env, name="broker")
-        self.client = SyncClient(env["LEA_MDP_ENDPOINT"])
-        self.async_client = Client(zmq.Context.instance(), env["LEA_MDP_ENDPOINT"])
+        # The test speaks for the tree's senders (the dispatcher, the supervisor): its door.
+        self.client = SyncClient(tree_door(env))
+        self.async_client = Client(zmq.Context.instance(), tree_door(env))
         self.actor = self.start()
 
     def start(self) -> subprocess.Popen[bytes]:

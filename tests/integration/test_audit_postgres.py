@@ -20,7 +20,7 @@ import psycopg
 from messages.audit import AppendRecords, GetScreenshot, RecordsAcked, Screenshot
 from runtime.pg import describe
 from tests.conftest import Spawn, free_port, python_argv, wait_until
-from tests.integration.system import System, clicks, workflow
+from tests.integration.system import System, clicks, tree_door, workflow
 from tests.integration.test_audit_log import AuditTree, record
 from tests.integration.trail_checks import dispatches, export_all, run_cli, show_json
 from tests.integration.transport_checks import wait_ready
@@ -91,7 +91,7 @@ def test_two_audit_logs_appending_at_once_with_kill_9_make_one_chain(
                                   name=f"audit_log_{which}")
 
     def sender(name: str, batches: int) -> None:
-        client = SyncClient(lea_env["LEA_MDP_ENDPOINT"])
+        client = SyncClient(tree_door(envs[0]))
         try:
             for b in range(batches):
                 batch = [record(f"{name}-{b % 2}", b * 100 + i,

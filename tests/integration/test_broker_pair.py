@@ -16,7 +16,7 @@ import httpx
 
 from tests.conftest import Spawn, free_port, python_argv, wait_until
 from tests.integration.broker_pair import PairWatch, broker_state, pair_env
-from tests.integration.system import System, clicks, workflow
+from tests.integration.system import System, clicks, tree_door, workflow
 from tests.integration.test_console_metrics import Samples, scrape
 from tests.integration.trail_checks import outbox_rows
 from tests.integration.transport_checks import assert_client_invariants, wait_ready
@@ -51,7 +51,8 @@ def test_kill_the_active_broker_twice_during_replays(spawn: Spawn, lea_env: dict
     system = System(spawn, lea_env, tmp_path, ready_timeout=90,
                     extra_env={**tree_env, "LEA_BEACON_TIMEOUT_S": "10",
                                "LEA_CONSOLE_PORT": str(port), "LEA_CONSOLE_TOKEN": TOKEN})
-    system.client = SyncClient([a, b])  # the test's calls move too
+    # The test's calls move too (it speaks as the tree: the brokers' doors of the tree).
+    system.client = SyncClient([tree_door(system.env), tree_door(backup_env)])
     data_dir = Path(system.env["LEA_DATA_DIR"])
     scraper = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
                            headers={"Authorization": f"Bearer {TOKEN}"})

@@ -32,7 +32,7 @@ from runtime.settings import Settings, load_settings
 from tests.conftest import ROOT, python_argv, wait_until
 from tests.integration.broker_pair import broker_state
 from tests.integration.netns import HostCluster, Hosts, OnHost, hosts
-from tests.integration.system import FAST_WATCHDOG
+from tests.integration.system import FAST_WATCHDOG, control_door
 from tests.postgres import pg_bin
 from transport.client import CallFailed, SyncClient
 
@@ -69,6 +69,7 @@ class Workstation:
         self.brokers = ws.mdp_endpoints
         self.ctx: zmq.Context[Any] = self.on.run(zmq.Context)
         self.client = self.on.run(lambda: SyncClient(list(self.brokers), self.ctx))
+        self.doors: SyncClient | None = None  # the servers' people's doors, once started
 
     def agent(self, machine_id: str) -> Path:
         """Start an agent (the real ``python -m agent``); its folder (effects, ledger)."""
@@ -94,8 +95,10 @@ class Workstation:
         return reply == [b"200"]
 
     def start(self, wf: Workflow, machine_id: str) -> str:
-        reply = self.on.run(lambda: self.client.call("dispatcher", StartReplay(
-            workflow=wf, machine_id=machine_id, mode="supervised"), timeout_s=5.0).body)
+        # A person starts replays on a server (its people's door), not from a workstation.
+        assert self.doors is not None, "the servers are not started"
+        reply = self.doors.call("dispatcher", StartReplay(
+            workflow=wf, machine_id=machine_id, mode="supervised"), timeout_s=5.0).body
         assert isinstance(reply, ReplayStarted), reply
         return reply.replay_id
 
@@ -121,6 +124,8 @@ class Workstation:
         wait_until(completed, timeout=timeout)
 
     def close(self) -> None:
+        if self.doors is not None:
+            self.doors.close()
         self.on.run(self.client.close)
         self.on.run(lambda: self.ctx.destroy(linger=0))
         self.on.close()
@@ -191,6 +196,7 @@ def _start_trees(servers: TwoServers, spawn: Spawn, tmp: Path, base: dict[str, s
         servers.envs[host] = env
         if host == "a":  # one tree starting at a time: a loaded machine starts them sooner
             wait_until(lambda: servers.ws.state(a) is not None, timeout=90)
+    servers.ws.doors = SyncClient([control_door(servers.envs[host]) for host in SERVERS])
     wait_until(lambda: servers.ws.state(a) == "active" and servers.ws.state(b) == "passive",
                timeout=90)
     wait_until(lambda: servers.ws.served("dispatcher"), timeout=60)

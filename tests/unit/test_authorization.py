@@ -8,6 +8,7 @@ real CURVE connections: tests/integration/test_authorization.py.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 import zmq
 import zmq.auth
 
+from actors import callers
 from actors.dispatcher.effects import AuditRecord, RecordReport
 from actors.dispatcher.process import DispatcherActor
 from actors.monitor_router.process import MonitorRouterActor
@@ -26,14 +28,14 @@ from broker.curve import AllowList
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import ErrorReply, Ping, Pong
-from messages.dispatch import ActionReport
+from messages.dispatch import ActionReport, OrphanGiveUp
 from messages.monitor import AgentHeartbeat
 from messages.replay import Ack, CancelReplay, ResumeReplay
 from runtime.settings import Settings
 from tests.conftest import free_port
 from tests.unit.test_dispatcher_core import H, error_code, unchanged, wf
 from transport import mdp
-from transport.peer_id import client_address, identity_of
+from transport.peer_id import TREE_USER_ID, client_address, identity_of, person_user_id
 from transport.worker import Request, Worker
 
 LOCAL = b"\x00\x6b\x8b\x45\x67"  # a routing id as libzmq makes them
@@ -93,10 +95,48 @@ def test_a_control_command_from_an_agent_is_forbidden_and_recorded(
     assert [(r.data["type"], r.data["identity"], r.data["operator"], r.data["replay_id"])
             for r in records] == [("replay.resume", "m1", "mallory", "r1"),
                                   ("replay.cancel", "m1", "mallory", "r1")]
-    # A local peer (the command line) is an operator: the command is looked at.
+    # The tree (the console) and the tree's own OS account at the people's door: looked at.
+    for caller in (TREE_USER_ID, person_user_id(os.getuid())):
+        reply = _ask(dispatcher.serve, CancelReplay(replay_id="r1", operator="alice"), caller)
+        assert isinstance(reply, ErrorReply) and reply.code == "not_found", (caller, reply)
+    # A peer of the plain loopback endpoint: nothing says who it is, so it changes nothing.
     reply = _ask(dispatcher.serve, CancelReplay(replay_id="r1", operator="alice"), None)
-    assert isinstance(reply, ErrorReply) and reply.code == "not_found"
+    assert isinstance(reply, ErrorReply) and reply.code == "forbidden", reply
     assert isinstance(_ask(dispatcher.serve, Ping(), "m1"), Pong)  # agents may ping
+
+
+def test_a_person_may_not_claim_an_account_a_role_or_another_os_user(
+        dispatcher: DispatcherActor) -> None:
+    me = person_user_id(os.getuid())
+    for forged in ({"account": "dr.martin"}, {"role": "operator"}, {"os_user": "dr.martin"}):
+        reply = _ask(dispatcher.serve, ResumeReplay(replay_id="r1", **forged), me)
+        assert isinstance(reply, ErrorReply) and reply.code == "forged_claim", (forged, reply)
+    # The console (the tree) names the signed-in account: looked at.
+    reply = _ask(dispatcher.serve, ResumeReplay(replay_id="r1", account="dr.martin",
+                                                role="operator"), TREE_USER_ID)
+    assert isinstance(reply, ErrorReply) and reply.code == "not_found", reply
+
+
+def test_the_watchdogs_orders_come_from_the_tree_only(dispatcher: DispatcherActor) -> None:
+    order = OrphanGiveUp(action_id="a1", attempt_id="t1", age_s=99.0, resent_count=2)
+    for caller in (None, person_user_id(os.getuid())):
+        reply = _ask(dispatcher.serve, order, caller)
+        assert isinstance(reply, ErrorReply) and reply.code == "forbidden", (caller, reply)
+    assert not isinstance(_ask(dispatcher.serve, order, TREE_USER_ID), ErrorReply)
+
+
+@pytest.mark.parametrize(("uid", "group", "groups", "allowed"), [
+    (1000, "", frozenset(), True),  # the tree's own account
+    (1001, "", frozenset({"lea-ops"}), False),  # no group set: the tree's account alone
+    (1001, "lea-ops", frozenset({"users"}), False),
+    (1001, "lea-ops", frozenset({"users", "lea-ops"}), True),
+])
+def test_who_may_change_is_the_trees_account_or_the_control_group(
+        uid: int, group: str, groups: frozenset[str], allowed: bool) -> None:
+    why = callers.control_refusal(uid, "bob", 1000, group, groups)
+    assert (why is None) == allowed, why
+    if why is not None:
+        assert "'bob'" in why and f"uid {uid}" in why
 
 
 def test_a_report_from_an_agent_for_another_machine_is_refused_and_logged(

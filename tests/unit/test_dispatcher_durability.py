@@ -41,6 +41,7 @@ from tests.conftest import free_port, wait_until
 from tests.unit.dispatcher_db import Reopen
 from tests.unit.test_dispatcher_core import H, wf
 from tests.unit.test_dispatcher_process import dispatcher as process_dispatcher
+from transport.peer_id import TREE_USER_ID, client_address
 from transport.worker import Request
 
 
@@ -137,7 +138,8 @@ def settings(tmp_path: Path) -> Settings:
 
 
 def serve(actor: DispatcherActor | WatchdogActor, message: Message) -> Message:
-    return decode(actor.serve(Request(client=b"c", body=[encode(message)]))).body
+    request = Request(client=client_address(b"c", TREE_USER_ID), body=[encode(message)])
+    return decode(actor.serve(request)).body
 
 
 @contextmanager

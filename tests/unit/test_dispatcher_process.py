@@ -24,6 +24,7 @@ from messages.replay import (
 from runtime.settings import Settings
 from tests.conftest import free_port
 from tests.unit.test_dispatcher_core import wf
+from transport.peer_id import TREE_USER_ID, client_address
 from transport.worker import Request
 
 
@@ -48,7 +49,8 @@ def dispatcher(settings: Settings, config: DispatcherConfig | None = None
 
 
 def serve(a: DispatcherActor, message: Message, msg_id: str) -> Message:
-    reply = decode(a.serve(Request(client=b"client", body=[encode(message, msg_id)])))
+    reply = decode(a.serve(Request(client=client_address(b"client", TREE_USER_ID),
+                                 body=[encode(message, msg_id)])))
     assert reply.id == msg_id
     return reply.body
 

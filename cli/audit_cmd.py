@@ -40,6 +40,7 @@ from actors.audit_log.image_keys import read_keyring, rotate
 from actors.audit_log.image_seal import KeyUnavailable
 from actors.audit_log.store import iter_chain, read_anchor
 from actors.audit_log.stores import keyring_path, open_reader
+from cli import audit_access
 from cli.audit_timeline import describe_record, record_json
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut, PruneScreenshots
 from messages.audit import ScreenshotsPruned as Pruned
@@ -74,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prune.add_argument("--operator", help="who prunes (recorded in the trail)")
     for p in (show, export, prune):
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")
+    audit_access.add_arguments(sub)
     keys = sub.add_parser("keys", help="the screenshots' image keyring (LEA_IMAGE_KEYRING)")
     keys.add_argument("keys_command", choices=("list", "rotate"),
                       help="list: its keys; rotate: add a key for the images to come (the "
@@ -91,6 +93,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             return _show(client, args)
         if args.audit_command == "export":
             return _export(client, args)
+        if args.audit_command == "access":
+            return audit_access.access_command(lambda q: pages(client, q, args.timeout), args)
         return _prune(client, args)
     except CallFailed as exc:
         print(f"error: audit_log: {exc.message} ({exc.code}); is the tree running "
@@ -121,6 +125,8 @@ def _show(client: SyncClient, args: argparse.Namespace) -> int:
         return EXIT_UNREACHABLE
     count = 0
     what = f"replay {args.replay_id}" if args.replay_id else f"source {args.source}"
+    if args.replay_id:  # a replay's records hold what was typed and seen: the view is recorded
+        audit_access.record_view(client, "timeline", args.timeout, replay_id=args.replay_id)
     for record in pages(client, AuditQuery(replay_id=args.replay_id), args.timeout):
         if args.source is not None and record.source != args.source:
             continue
@@ -156,6 +162,7 @@ def _export(client: SyncClient, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    audit_access.record_view(client, "export", args.timeout, since=since)
     count = 0
     try:
         for record in pages(client, AuditQuery(since=since), args.timeout):

@@ -24,6 +24,10 @@ MAX_DATA_BYTES: Final = 256 * 1024
 """Size of a record's ``data`` as canonical JSON (LLM prompts and answers fit)."""
 MAX_PAGE_RECORDS: Final = 1000
 MAX_REPLAY_ID: Final = 128
+DATA_VIEWED: Final = "data_viewed"
+"""The kind of the record of a person's view of a patient's data (a screenshot, a replay's
+timeline or typed values): who (``account``/``role``/``via`` at the console, ``os_user``
+for a command), ``what``, and the replay or image (docs/operations.md, "Who saw what")."""
 RESERVED_SOURCE: Final = "audit_log"
 """Records of this source are written by audit_log itself (e.g. ``screenshots_pruned``)."""
 
@@ -77,6 +81,8 @@ class AuditQuery(Message, type_name="audit.query"):
     replay_id: str | None = Field(None, max_length=128)
     since: float | None = None
     """Only records whose ``at`` is at or after this epoch time."""
+    kind: str | None = Field(None, max_length=64)
+    """Only records of this kind (e.g. :data:`DATA_VIEWED`: who saw what)."""
     after_seq: int = Field(0, ge=0)
     limit: int = Field(500, ge=1, le=MAX_PAGE_RECORDS)
 

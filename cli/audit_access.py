@@ -55,9 +55,10 @@ def record_view(client: SyncClient, what: str, timeout_s: float, *,
                 replay_id: str | None = None, **detail: Any) -> None:
     """Append this command's view and wait for audit_log's acknowledgment (CallFailed
     otherwise: the caller then shows nothing)."""
+    # Not filed under the replay (record replay_id None): a view is no step of its story.
     record = AuditRecordIn(
         record_id=f"{SOURCE}:view:{uuid.uuid4().hex}", source=SOURCE, kind=DATA_VIEWED,
-        replay_id=replay_id, at=datetime.now(UTC).timestamp(), data={
+        replay_id=None, at=datetime.now(UTC).timestamp(), data={
             "os_user": os_user(), "host": socket.gethostname(), "what": what,
             **({"replay_id": replay_id} if replay_id else {}), **detail})
     reply = client.call("audit_log", AppendRecords(records=[record]), timeout_s=timeout_s).body
@@ -92,7 +93,8 @@ def views_of(pages: Pages, args: argparse.Namespace) -> list[AuditRecordOut]:
                                                     r.data.get("os_user"))]
     images = {d for r in pages(AuditQuery(replay_id=args.replay))
               for d in r.screenshots.values()}
-    return [r for r in every if r.replay_id == args.replay or r.data.get("sha256") in images]
+    return [r for r in every
+            if r.data.get("replay_id") == args.replay or r.data.get("sha256") in images]
 
 
 def access_command(pages: Pages, args: argparse.Namespace) -> int:

@@ -104,8 +104,10 @@ def read_keyring(path: Path) -> Keyring:
         raise KeyUnavailable(f"the image keyring {path}: {exc}") from None
 
 
-def write_keyring(path: Path, ring: Keyring) -> None:
-    """Replace the file whole, mode 0600 from its creation (never readable by others)."""
+def write_keyring(path: Path, ring: Keyring, *, exclusive: bool = False) -> None:
+    """Replace the file whole, mode 0600 from its creation (never readable by others).
+    ``exclusive``: only if there is none (FileExistsError: another process made it first;
+    two audit_logs starting together on one keyring end up with the same)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -114,7 +116,13 @@ def write_keyring(path: Path, ring: Keyring) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    if exclusive:
+        try:
+            os.link(tmp, path)
+        finally:
+            tmp.unlink()
+    else:
+        os.replace(tmp, path)
     fsync_dir(path.parent)
 
 
@@ -146,7 +154,10 @@ class ImageCipher:
             return
         if create and not self.path.exists():
             try:
-                write_keyring(self.path, with_new_key(None, now or time.time()))
+                write_keyring(self.path, with_new_key(None, now or time.time()),
+                              exclusive=True)
+            except FileExistsError:
+                pass  # made meanwhile by another process: read below
             except OSError as exc:
                 self.ring, self.problem = None, f"cannot create {self.path}: {exc}"
                 return

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from messages.audit import MAX_REPLAY_ID, AuditRecordIn
+from messages.audit import DATA_VIEWED, MAX_REPLAY_ID, AuditRecordIn
 from runtime import sqlite_store
 
 DB_NAME = "supervisor.sqlite3"
@@ -60,9 +60,11 @@ def insert(db: sqlite3.Connection, source: str, kind: str, at: float,
 def _record(record_id: str, source: str, kind: str, at: float,
             data: dict[str, Any]) -> AuditRecordIn:
     """A row as a record; one whose data names a replay is filed under it (the console's
-    refusal of a viewer's resume is part of that replay's story)."""
+    refusal of a viewer's resume is part of that replay's story). A view of its data is not:
+    it is listed by ``audit access`` (docs/operations.md, "Who saw what")."""
     replay_id = data.get("replay_id")
-    if not isinstance(replay_id, str) or not 1 <= len(replay_id) <= MAX_REPLAY_ID:
+    if (not isinstance(replay_id, str) or not 1 <= len(replay_id) <= MAX_REPLAY_ID
+            or kind == DATA_VIEWED):
         replay_id = None
     return AuditRecordIn(record_id=record_id, source=source, kind=kind, replay_id=replay_id,
                          at=at, data=data)

@@ -1,4 +1,4 @@
-"""``run.py audit show|verify|export|prune``: read, check and trim the audit trail.
+"""``run.py audit show|verify|export|prune|keys``: read, check and trim the audit trail.
 
 Where each command gets its data, and why:
 
@@ -12,7 +12,11 @@ Where each command gets its data, and why:
   stopped, on a copy of the data directory (or a restored dump), and must not take the word
   of the very process whose output it checks. It writes nothing, so the actors remain the
   only writers.
-  ``verify --jsonl FILE`` checks an export instead, with nothing but that file.
+  ``verify --jsonl FILE`` checks an export instead, with nothing but that file. It opens
+  each screenshot with the image keyring (``LEA_IMAGE_KEYRING``) to check that it gives its
+  hash; without the keyring it checks nothing of them unless told ``--no-images``.
+- ``keys list|rotate`` read and extend the image keyring file itself (image_keys.py); the
+  audit_log actor notices a rotation within a second.
 
 Exit codes: 0 fine; 1 the trail is broken (verify) or nothing was found (show); 2 the
 trail or the actor could not be reached, or an argument is wrong.
@@ -24,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,8 +36,11 @@ from typing import Any
 
 from actors.audit_log.chain import Anchor, ChainRecord, Verdict, verify
 from actors.audit_log.evidence import Evidence, FileState
+from actors.audit_log.image_keys import read_keyring, rotate
+from actors.audit_log.image_seal import KeyUnavailable
 from actors.audit_log.store import iter_chain, read_anchor
-from actors.audit_log.stores import open_reader
+from actors.audit_log.stores import keyring_path, open_reader
+from cli import audit_access
 from cli.audit_timeline import describe_record, record_json
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut, PruneScreenshots
 from messages.audit import ScreenshotsPruned as Pruned
@@ -67,11 +75,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prune.add_argument("--operator", help="who prunes (recorded in the trail)")
     for p in (show, export, prune):
         p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")
+    audit_access.add_arguments(sub)
+    keys = sub.add_parser("keys", help="the screenshots' image keyring (LEA_IMAGE_KEYRING)")
+    keys.add_argument("keys_command", choices=("list", "rotate"),
+                      help="list: its keys; rotate: add a key for the images to come (the "
+                      "old keys stay, to read the images sealed with them)")
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     if args.audit_command == "verify":
         return verify_command(settings, args)
+    if args.audit_command == "keys":
+        return _keys(settings, args.keys_command)
     # The people's door: the server knows this process's OS account (docs/operations.md,
     # "Who may change replays").
     client = SyncClient(settings.control_mdp_endpoint)
@@ -80,6 +95,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             return _show(client, args)
         if args.audit_command == "export":
             return _export(client, args)
+        if args.audit_command == "access":
+            return audit_access.access_command(lambda q: pages(client, q, args.timeout), args)
         return _prune(client, args)
     except CallFailed as exc:
         hint = (f"; is the tree running (broker at {settings.control_mdp_endpoint})?"
@@ -111,6 +128,8 @@ def _show(client: SyncClient, args: argparse.Namespace) -> int:
         return EXIT_UNREACHABLE
     count = 0
     what = f"replay {args.replay_id}" if args.replay_id else f"source {args.source}"
+    if args.replay_id:  # a replay's records hold what was typed and seen: the view is recorded
+        audit_access.record_view(client, "timeline", args.timeout, replay_id=args.replay_id)
     for record in pages(client, AuditQuery(replay_id=args.replay_id), args.timeout):
         if args.source is not None and record.source != args.source:
             continue
@@ -146,6 +165,7 @@ def _export(client: SyncClient, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    audit_access.record_view(client, "export", args.timeout, since=since)
     count = 0
     try:
         for record in pages(client, AuditQuery(since=since), args.timeout):
@@ -178,6 +198,24 @@ def _prune(client: SyncClient, args: argparse.Namespace) -> int:
     cutoff = datetime.fromtimestamp(reply.cutoff, UTC).isoformat(timespec="seconds")
     print(f"removed {files} screenshot files ({freed} bytes) last referenced before {cutoff}"
           + (f"; recorded as seq {', '.join(map(str, seqs))}" if seqs else ""))
+    return EXIT_OK
+
+
+def _keys(settings: Settings, command: str) -> int:
+    path = keyring_path(settings)
+    try:
+        ring = rotate(path, time.time()) if command == "rotate" else read_keyring(path)
+    except (KeyUnavailable, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    for key_id in sorted(ring.keys, key=ring.created_at.__getitem__):
+        made = datetime.fromtimestamp(ring.created_at[key_id], UTC).isoformat(timespec="seconds")
+        mark = "  (current: new images)" if key_id == ring.current else ""
+        print(f"{key_id}  created {made}{mark}")
+    if command == "rotate":
+        print(f"new images are sealed with {ring.current} once audit_log has read {path} "
+              "(within a second); keep a copy of this file with the backups of the trail, "
+              "apart from them")
     return EXIT_OK
 
 
@@ -246,6 +284,12 @@ def verify_command(settings: Settings, args: argparse.Namespace) -> int:
         with db.snapshot():  # one consistent state, the images included
             verdict = verify(_feeding(iter_chain(db), evidence),
                              anchors=[*anchors, *([saved] if saved else [])])
+            locked = db.images.cipher.problem if not args.no_images else None
+            if verdict.intact and evidence.last_ref and locked is not None:
+                print(f"error: the screenshots cannot be checked: {locked}; give the image "
+                      "keyring (LEA_IMAGE_KEYRING), or check their presence alone with "
+                      "--no-images", file=sys.stderr)
+                return EXIT_UNREACHABLE
             if verdict.intact:
                 states: dict[str, FileState] = {
                     d: db.images.state(d, check_content=not args.no_images)

@@ -15,12 +15,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from console.auth import Admin, Answerer, Me, require_json, state_of, who
 from console.state import ApiProblem, ConsoleState, problem_of
+from console.view_log import record_view
 from console.views import ReplayDetail, ReplayRow, Timeline, timeline_entry
 from messages.audit import GetScreenshot, Screenshot
 from messages.base import Message
@@ -130,15 +131,21 @@ async def list_replays(console: Console) -> ReplayList:
 
 
 @api.get("/replays/{replay_id}")
-async def get_replay(console: Console, replay_id: Annotated[str, REPLAY_ID]) -> ReplayDetail:
-    """One replay, and its pause (what the dialog shows) when it is paused."""
-    return await console.detail(replay_id)
+async def get_replay(console: Console, request: Request, me: Me,
+                     replay_id: Annotated[str, REPLAY_ID]) -> ReplayDetail:
+    """One replay, and its pause (what the dialog shows) when it is paused. The view is
+    recorded in the audit trail (console/view_log.py)."""
+    detail = await console.detail(replay_id)
+    record_view(request, me, "replay", replay_id=replay_id)
+    return detail
 
 
 @api.get("/replays/{replay_id}/timeline")
-async def get_timeline(console: Console, replay_id: Annotated[str, REPLAY_ID],
+async def get_timeline(console: Console, request: Request, me: Me,
+                       replay_id: Annotated[str, REPLAY_ID],
                        after_seq: Annotated[int, Query(ge=0)] = 0) -> Timeline:
-    """The replay's audit records after ``after_seq``, as timeline entries."""
+    """The replay's audit records after ``after_seq``, as timeline entries. The view is
+    recorded in the audit trail (console/view_log.py)."""
     try:
         records = await console.trail.records(replay_id)
     except CallFailed as exc:
@@ -146,6 +153,7 @@ async def get_timeline(console: Console, replay_id: Annotated[str, REPLAY_ID],
     if not records and console.board.summary(replay_id) is None:
         await console.detail(replay_id)  # 404 if the dispatcher does not know it either
     new = [timeline_entry(r) for r in records if r.seq > after_seq]
+    record_view(request, me, "timeline", replay_id=replay_id)
     return Timeline(replay_id=replay_id, entries=new,
                     last_seq=records[-1].seq if records else after_seq)
 
@@ -210,14 +218,17 @@ def list_accounts(console: Console, _me: Admin) -> AccountList:
 
 @api.get("/screenshots/{sha256}", response_class=Response,
          responses={200: {"content": {"image/png": {}, "image/jpeg": {}}}})
-async def screenshot(console: Console, sha256: Annotated[str, SHA256]) -> Response:
-    """An image of the audit trail, by hash (content-addressed: cached for good)."""
+async def screenshot(console: Console, request: Request, me: Me,
+                     sha256: Annotated[str, SHA256]) -> Response:
+    """An image of the audit trail, by hash (content-addressed: cached for good, in this
+    browser only). The view is recorded in the audit trail (console/view_log.py)."""
     try:
         reply = await console.link.call("audit_log", GetScreenshot(sha256=sha256), retries=1)
     except CallFailed as exc:
         raise problem_of(exc, "audit_log") from None
     if not isinstance(reply, Screenshot):
         raise ApiProblem(502, "unexpected_reply", f"audit_log answered {reply.type_name}")
+    record_view(request, me, "screenshot", sha256=sha256)
     kind = ("image/png" if reply.data.startswith(b"\x89PNG") else
             "image/jpeg" if reply.data.startswith(b"\xff\xd8\xff") else
             "application/octet-stream")

@@ -20,6 +20,7 @@ from console.accounts import may
 from console.api import REPLAY_ID
 from console.auth import Principal, state_of, who
 from console.state import ApiProblem, ConsoleState
+from console.view_log import record_view
 from console.views import Timeline, timeline_entry
 from transport.client import CallFailed
 
@@ -94,6 +95,7 @@ async def replay_page(request: Request, console: Console,
         timeline = Timeline(replay_id=replay_id, entries=[timeline_entry(r) for r in records],
                             last_seq=records[-1].seq if records else 0)
         trail_ok = True
+        record_view(request, me, "timeline", replay_id=replay_id)
     except CallFailed:
         timeline, trail_ok = Timeline(replay_id=replay_id, entries=[], last_seq=0), False
     return _render(request, "replay.html", **_who(me), r=detail.replay, timeline=timeline,

@@ -24,8 +24,14 @@ MAX_DATA_BYTES: Final = 256 * 1024
 """Size of a record's ``data`` as canonical JSON (LLM prompts and answers fit)."""
 MAX_PAGE_RECORDS: Final = 1000
 MAX_REPLAY_ID: Final = 128
+DATA_VIEWED: Final = "data_viewed"
+"""The kind of the record of a person's view of a patient's data (a screenshot, a replay's
+timeline or typed values): who (``account``/``role``/``via`` at the console, ``os_user``
+for a command), ``what``, and the replay or image (docs/operations.md, "Who saw what")."""
 RESERVED_SOURCE: Final = "audit_log"
 """Records of this source are written by audit_log itself (e.g. ``screenshots_pruned``)."""
+VIEW_SOURCE: Final = "cli"
+"""The source of the views the command line records (:class:`RecordView`)."""
 
 _ID = r"^[A-Za-z0-9._:@/+=-]+$"
 _NAME = r"^[a-z][a-z0-9_.-]*$"
@@ -55,6 +61,22 @@ class AppendRecords(Message, type_name="audit.append"):
     records: list[AuditRecordIn]
 
 
+class RecordView(Message, type_name="audit.record_view"):
+    """A person's view of patient data from the command line (``audit show``, ``audit
+    export``), recorded before anything is shown (docs/operations.md, "Who saw what").
+    Taken at the people's door only: audit_log writes it under the OS user the door proved,
+    so nobody records a view in another's name. Answered by :class:`RecordsAcked`."""
+
+    record_id: str = Field(min_length=1, max_length=200)
+    """Chosen by the caller: a retried request is stored once."""
+    what: str = Field(min_length=1, max_length=64)
+    host: str | None = Field(None, max_length=255)
+    replay_id: str | None = Field(None, max_length=200)
+    since: float | None = None
+    os_user: str | None = Field(None, max_length=128)
+    """Filled by audit_log from the people's door (actors/callers.py), never trusted."""
+
+
 class RecordsAcked(Message, type_name="audit.acked"):
     """The records named in ``record_ids`` are durably stored (now or before); those in
     ``conflicting`` are not."""
@@ -77,6 +99,8 @@ class AuditQuery(Message, type_name="audit.query"):
     replay_id: str | None = Field(None, max_length=128)
     since: float | None = None
     """Only records whose ``at`` is at or after this epoch time."""
+    kind: str | None = Field(None, max_length=64)
+    """Only records of this kind (e.g. :data:`DATA_VIEWED`: who saw what)."""
     after_seq: int = Field(0, ge=0)
     limit: int = Field(500, ge=1, le=MAX_PAGE_RECORDS)
 

@@ -72,6 +72,9 @@ CONSULT_MISSED: Final = "lea:consult_missed"
 """The monitor router or safety_checks did not answer: the dispatcher's fallback was used."""
 AUDIT_RECORD_CONFLICT: Final = "lea:audit_record_conflict"
 """A record re-sent under a known record_id with another content (the first is kept)."""
+IMAGE_KEY_UNAVAILABLE: Final = "lea:image_key_unavailable"
+"""audit_log cannot use the screenshots' keyring (``reason``): records carrying images are
+refused (their senders keep them) and no image is served until it is put right."""
 AUDIT_BACKLOG: Final = "lea:audit_backlog"
 """A sender's audit records not yet acknowledged by audit_log (``sender``, ``pending``),
 told every few seconds (the metrics' ``lea_audit_backlog``, docs/operations.md)."""

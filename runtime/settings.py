@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     curve: bool = False
     curve_endpoint: str = "tcp://0.0.0.0:5558"
     keys_dir: str = ""  # "" = <data_dir>/keys (see transport/curve_keys.py for its layout)
+    # The keyring the audit trail's screenshots are encrypted with (actors/audit_log/
+    # image_keys.py); "" = <data_dir>/keys/image-keys.json. Best outside the data directory.
+    image_keyring: str = ""
     # The tree's own door (broker/tree_door.py): an ipc:// socket in a directory only the
     # tree's user may enter; the actors' services are served from it only.
     # "" = ipc://<tmp>/lea-<uid>-<key of data_dir>/tree.sock (tree_mdp_endpoint says why)

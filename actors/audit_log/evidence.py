@@ -15,7 +15,7 @@ from actors.audit_log.chain import ChainRecord
 from messages.audit import RESERVED_SOURCE
 
 PRUNE_KIND = "screenshots_pruned"
-FileState = Literal["ok", "missing", "corrupt"]
+FileState = Literal["ok", "missing", "corrupt", "locked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +36,10 @@ class ScreenshotProblem:
 
     def describe(self) -> str:
         ref = self.reference
-        what = ("missing and not pruned" if self.state == "missing"
-                else "changed (its content no longer gives its hash)")
+        what = {"missing": "missing and not pruned",
+                "locked": "not readable: its key is not in the image keyring",
+                }.get(self.state, "changed (it no longer opens with its key, or no longer "
+                                  "gives its hash)")
         return (f"seq {ref.seq} (record_id {ref.record_id}): screenshot {ref.name!r} "
                 f"{self.sha256}: {what}")
 
@@ -64,10 +66,11 @@ class Evidence:
         return any(seq > ref.seq and cutoff > ref.stored_at for seq, cutoff in self.prunes)
 
     def problems(self, state_of: dict[str, FileState]) -> list[ScreenshotProblem]:
-        """The referenced images whose file is corrupt, or missing without a prune."""
+        """The referenced images whose file is corrupt or locked, or missing without a
+        prune."""
         found = []
         for digest, ref in self.last_ref.items():
             state = state_of.get(digest, "missing")
-            if state == "corrupt" or (state == "missing" and not self.pruned(digest)):
+            if state in ("corrupt", "locked") or (state == "missing" and not self.pruned(digest)):
                 found.append(ScreenshotProblem(digest, ref, state))
         return sorted(found, key=lambda p: p.reference.seq)

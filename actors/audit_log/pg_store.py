@@ -13,8 +13,10 @@ The same guarantees as on SQLite (docs/durability.md, "The audit trail on Postgr
   first locks the one row of ``chain_lock`` (``SELECT ... FOR UPDATE``) and only then reads
   the head and the ids already stored; the next writer waits for that COMMIT and, at READ
   COMMITTED, its next statements see it.
-- The screenshots are in the database (``images``, bytea), written in the append's own
-  transaction: a server that dies takes no evidence with it (its disk held none).
+- The screenshots are in the database (``images``, bytea), sealed with the image keyring
+  (image_keys.py: every server of the trail holds the same keyring file), written in the
+  append's own transaction: a server that dies takes no evidence with it (its disk held
+  none).
 - A writer that falls silent while it holds the lock (frozen, or its server cut off) loses
   it after :data:`IDLE_IN_TRANSACTION_S` (the server ends its session), and finds a server
   cut off from it within seconds (:data:`runtime.pg.KEEPALIVES`): the other server's
@@ -27,13 +29,14 @@ sender sends it again, stored once).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import psycopg
 
 from actors.audit_log.evidence import FileState
+from actors.audit_log.image_keys import ImageCipher
+from actors.audit_log.screenshots import content_state, digest_of
 from runtime import pg
 
 SCHEMA = "audit"
@@ -66,6 +69,8 @@ CREATE INDEX IF NOT EXISTS screenshots_to_prune ON screenshots (last_seen_at)
 CREATE INDEX IF NOT EXISTS screenshots_to_remove ON screenshots (sha256)
     WHERE pruned_at IS NOT NULL AND removed = 0;
 CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BYTEA NOT NULL);
+CREATE TABLE IF NOT EXISTS image_keys (
+    key_id TEXT PRIMARY KEY, first_used_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS chain_lock (
     one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one));
 INSERT INTO chain_lock VALUES (TRUE) ON CONFLICT DO NOTHING;
@@ -77,14 +82,14 @@ class PgAuditDb:
 
     anchor_name = "head.pg.json"
 
-    def __init__(self, session: pg.Session, where: str) -> None:
+    def __init__(self, session: pg.Session, where: str, cipher: ImageCipher) -> None:
         self.session, self.where = session, where
         self.execute = session.execute
         self.executemany = session.executemany
-        self.images = PgImages(self)
+        self.images = PgImages(self, cipher)
 
     @classmethod
-    def connect(cls, url: str, on_lost: pg.OnLost | None = None,
+    def connect(cls, url: str, cipher: ImageCipher, on_lost: pg.OnLost | None = None,
                 wait_s: float = pg.CONNECT_WAIT_S,
                 waiting: Callable[[], None] = lambda: None,
                 lock_wait_s: float = LOCK_WAIT_S) -> PgAuditDb:
@@ -101,10 +106,10 @@ class PgAuditDb:
             raise pg.DatabaseUnavailable(
                 f"PostgreSQL at {pg.describe(url)}: cannot set up the audit trail's tables: "
                 f"{str(exc).strip()}") from None
-        return cls(pg.Session(conn, on_lost), pg.describe(url))
+        return cls(pg.Session(conn, on_lost), pg.describe(url), cipher)
 
     @classmethod
-    def open_readonly(cls, url: str) -> PgAuditDb:
+    def open_readonly(cls, url: str, cipher: ImageCipher | None = None) -> PgAuditDb:
         """The trail at ``url`` for reading only (``audit verify``): creates nothing;
         FileNotFoundError if the database holds no trail."""
         conn = pg.connect(url, wait_s=0.0)
@@ -118,7 +123,8 @@ class PgAuditDb:
         except BaseException:
             conn.close()
             raise
-        return cls(pg.Session(conn), pg.describe(url))
+        # Without a keyring, the images are only counted (their content is "locked").
+        return cls(pg.Session(conn), pg.describe(url), cipher or ImageCipher(None))
 
     @contextmanager
     def appending(self) -> Iterator[None]:
@@ -146,17 +152,20 @@ class PgAuditDb:
 
 
 class PgImages:
-    """The screenshots in the table ``images``, written in the caller's transaction."""
+    """The screenshots in the table ``images``, sealed with ``cipher``, written in the
+    caller's transaction."""
 
-    def __init__(self, db: PgAuditDb) -> None:
-        self._db = db
+    def __init__(self, db: PgAuditDb, cipher: ImageCipher) -> None:
+        self._db, self.cipher = db, cipher
 
     def put_many(self, images: Iterable[bytes]) -> dict[str, int]:
         stored: dict[str, bytes] = {}
         for image in images:
-            stored.setdefault(hashlib.sha256(image).hexdigest(), image)
+            stored.setdefault(digest_of(image), image)
+        # Every image sealed before any is written (KeyUnavailable: none is).
+        sealed = [(d, self.cipher.seal(d, image)) for d, image in stored.items()]
         self._db.executemany("INSERT INTO images (sha256, data) VALUES (?, ?) "
-                             "ON CONFLICT (sha256) DO NOTHING", list(stored.items()))
+                             "ON CONFLICT (sha256) DO NOTHING", sealed)
         return {digest: len(image) for digest, image in stored.items()}
 
     def exists(self, digest: str) -> bool:
@@ -173,7 +182,7 @@ class PgImages:
         row = self._db.execute("SELECT data FROM images WHERE sha256 = ?", (digest,)).fetchone()
         if row is None:
             raise FileNotFoundError(f"no image {digest} in the database")
-        return bytes(row[0])
+        return self.cipher.open(digest, bytes(row[0]))
 
     def remove(self, digest: str) -> int:
         row = self._db.execute("DELETE FROM images WHERE sha256 = ? RETURNING length(data)",
@@ -183,11 +192,8 @@ class PgImages:
     def state(self, digest: str, check_content: bool = True) -> FileState:
         if not check_content:
             return "ok" if self.exists(digest) else "missing"
-        try:
-            image = self.read(digest)
-        except FileNotFoundError:
-            return "missing"
-        return "ok" if hashlib.sha256(image).hexdigest() == digest else "corrupt"
+        row = self._db.execute("SELECT data FROM images WHERE sha256 = ?", (digest,)).fetchone()
+        return "missing" if row is None else content_state(self.cipher, digest, bytes(row[0]))
 
     def digests(self) -> Iterable[str]:
         return [d for (d,) in self._db.execute("SELECT sha256 FROM images")]

@@ -19,13 +19,16 @@ from typing import Any, ClassVar
 from loguru import logger
 
 from actors.audit_log.chain import ChainRecord
+from actors.audit_log.image_seal import ImageUndecryptable, KeyUnavailable
 from actors.audit_log.screenshots import digest_of
 from actors.audit_log.store import AuditStore
 from actors.audit_log.stores import open_store
 from actors.base import Actor, Incoming, caller_of
 from messages import events
 from messages.audit import (
+    DATA_VIEWED,
     RESERVED_SOURCE,
+    VIEW_SOURCE,
     AppendProblem,
     AppendRecords,
     AuditHead,
@@ -37,6 +40,7 @@ from messages.audit import (
     GetScreenshot,
     PruneScreenshots,
     RecordsAcked,
+    RecordView,
     Screenshot,
     ScreenshotsPruned,
     canonical_json,
@@ -60,24 +64,57 @@ class AuditLogActor(Actor):
 
     service = "audit_log"
     # Records in another actor's name come from the tree only; retention deletes images.
-    control_requests: ClassVar[frozenset[type[Message]]] = frozenset({PruneScreenshots})
+    control_requests: ClassVar[frozenset[type[Message]]] = frozenset(
+        {PruneScreenshots, RecordView})
     tree_requests: ClassVar[frozenset[type[Message]]] = frozenset({AppendRecords})
 
     def __init__(self, settings: Settings) -> None:
         # Before the sockets: a database out of reach ends the process here.
         self.store = _open_store(settings)
+        self._sealing_key = self.store.cipher.current
+        """The key new images are sealed with, to record when it changes."""
         super().__init__(settings)
         self._recorded = RateLimit(REFUSALS_PER_S)
         self.handle(AppendRecords, self.on_append)
         self.handle(AuditQuery, self.on_query)
         self.handle(GetAuditHead, self.on_head)
         self.handle(PruneScreenshots, self.on_prune)
+        self.handle(RecordView, self.on_record_view)
         self.handle(GetScreenshot, self.on_get_screenshot)
-        self.every(1.0, lambda _now: self.store.flush_anchor())
+        self.every(1.0, self._tick)
 
     def on_start(self) -> None:
         seq, digest, _at = self.store.head()
-        logger.info("audit_log: {} at seq {} ({})", self.store.where, seq, digest[:16])
+        logger.info("audit_log: {} at seq {} ({}); images sealed with key {} of {}",
+                    self.store.where, seq, digest[:16], self.store.cipher.current,
+                    self.store.cipher.path)
+        self._key_problem(self.store.cipher.problem)
+
+    def _tick(self, _now: float) -> None:
+        self.store.flush_anchor()
+        cipher = self.store.cipher
+        if not cipher.refresh():
+            return
+        if cipher.problem is not None:
+            self._key_problem(cipher.problem)
+            return
+        before, self._sealing_key = self._sealing_key, cipher.current
+        if before is not None and cipher.current != before and cipher.current is not None:
+            seq = self.store.record_key_rotation(before, cipher.current, time.time())
+            logger.info("audit_log: new images sealed with key {} (was {}; seq {})",
+                        cipher.current, before, seq)
+        else:
+            logger.info("audit_log: the image keyring {} is usable (key {})", cipher.path,
+                        cipher.current)
+
+    def _key_problem(self, problem: str | None, record_id: str | None = None) -> None:
+        if problem is None:
+            return
+        logger.error("audit_log: {}: screenshots are neither stored nor served until it is "
+                     "put right (docs/operations.md, \"Screenshots encrypted at rest\")", problem)
+        self.publish(events.IMAGE_KEY_UNAVAILABLE, reason=problem[:500],
+                     keyring=str(self.store.cipher.path),
+                     **({"record_id": record_id} if record_id else {}))
 
     def on_stop(self) -> None:
         self.store.close()
@@ -91,6 +128,9 @@ class AuditLogActor(Actor):
                               detail=encoded.model_dump(exclude={"code", "message"}))
         try:
             result = self.store.append(msg.records, encoded, time.time())
+        except KeyUnavailable as exc:  # nothing was written: the sender keeps the records
+            self._key_problem(str(exc), msg.records[0].record_id)
+            return ErrorReply(code=exc.code, message=str(exc)[:500])
         except Exception as exc:  # disk full, I/O error: nothing was committed
             logger.exception("audit_log: storing {} records failed", len(msg.records))
             return ErrorReply(code="storage_failed", message=repr(exc)[:500])
@@ -107,11 +147,24 @@ class AuditLogActor(Actor):
                             duplicates=result.ids(msg.records, "duplicate"),
                             conflicting=conflicting)
 
+    def on_record_view(self, msg: RecordView, req: Incoming) -> Message:
+        """A command's view, written as a ``data_viewed`` record under the proven OS user.
+        Not filed under the replay (its timeline is the story of the run)."""
+        data: dict[str, Any] = {"os_user": msg.os_user, "host": msg.host, "what": msg.what}
+        if msg.replay_id is not None:
+            data["replay_id"] = msg.replay_id
+        if msg.since is not None:
+            data["since"] = msg.since
+        record = AuditRecordIn(record_id=msg.record_id, source=VIEW_SOURCE, kind=DATA_VIEWED,
+                               replay_id=None, at=time.time(), data=data)
+        return self.on_append(AppendRecords(records=[record]), req)
+
     # Queries and retention -------------------------------------------------------------------
 
     def on_query(self, msg: AuditQuery, _req: Incoming) -> Message:
         rows, next_seq = self.store.page(after_seq=msg.after_seq, limit=msg.limit,
-                                         replay_id=msg.replay_id, since=msg.since)
+                                         replay_id=msg.replay_id, since=msg.since,
+                                         kind=msg.kind)
         states = self.store.screenshot_state({d for r in rows for d in r.screenshots.values()})
         return AuditPage(records=[_out(r, states) for r in rows], next_seq=next_seq)
 
@@ -128,6 +181,12 @@ class AuditLogActor(Actor):
             return ErrorReply(code="screenshot_not_found", message=(
                 f"no image {msg.sha256[:16]}… ({state})"),
                 detail={"sha256": msg.sha256, "state": state})
+        except KeyUnavailable as exc:
+            self._key_problem(str(exc))
+            return ErrorReply(code=exc.code, message=str(exc)[:500],
+                              detail={"sha256": msg.sha256})
+        except ImageUndecryptable:
+            image = b""  # answered as corrupt below
         if digest_of(image) != msg.sha256:
             logger.error("audit_log: image file {} does not match its hash", msg.sha256)
             return ErrorReply(code="screenshot_corrupt", message=(

@@ -1,4 +1,5 @@
-"""Screenshot files, content-addressed: ``<root>/ab/abcdef...`` named by their sha256.
+"""Screenshot files, content-addressed: ``<root>/ab/abcdef...`` named by the sha256 of the
+image, each stored encrypted with the keyring's current key (image_keys.py, image_seal.py).
 
 A file is written to a temporary name, fsync'ed, renamed into place and its directory
 fsync'ed, all before the database commit that references it: a record acknowledged never
@@ -17,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from actors.audit_log.evidence import FileState
+from actors.audit_log.image_keys import ImageCipher
+from actors.audit_log.image_seal import ImageUndecryptable, KeyUnavailable, sealed_size
 from runtime.durability import fsync_dir, write_synced
 
 _TMP_PREFIX = ".tmp-"
@@ -27,6 +30,18 @@ def digest_of(image: bytes) -> str:
     return hashlib.sha256(image).hexdigest()
 
 
+def content_state(cipher: ImageCipher, digest: str, blob: bytes) -> FileState:
+    """Whether a stored image opens and gives its name: ``ok``, ``corrupt`` (changed, or
+    not sealed with the key it names) or ``locked`` (its key is not in the keyring)."""
+    try:
+        image = cipher.open(digest, blob)
+    except KeyUnavailable:
+        return "locked"
+    except ImageUndecryptable:
+        return "corrupt"
+    return "ok" if digest_of(image) == digest else "corrupt"
+
+
 def _write_synced(item: tuple[Path, bytes]) -> None:
     """Write to a temporary name, fsync, rename into place (the directory is synced after)."""
     path, image = item
@@ -34,10 +49,10 @@ def _write_synced(item: tuple[Path, bytes]) -> None:
 
 
 class ScreenshotFiles:
-    """The image files under ``root``."""
+    """The image files under ``root``, sealed and opened with ``cipher``."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, cipher: ImageCipher) -> None:
+        self.root, self.cipher = root, cipher
         self._pool: ThreadPoolExecutor | None = None
 
     def path(self, digest: str) -> Path:
@@ -48,6 +63,8 @@ class ScreenshotFiles:
 
         The files are written and fsync'ed on a few threads at once: the file system then
         commits them together, where one after the other each waits for its own flush.
+        Every image is sealed before any is written: without a key (KeyUnavailable) nothing
+        is.
         """
         stored: dict[str, int] = {}
         todo: list[tuple[Path, bytes]] = []
@@ -59,12 +76,12 @@ class ScreenshotFiles:
             stored[digest] = len(image)
             path = self.path(digest)
             with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_size == len(image):
-                    continue  # already there (content-addressed: same name, same bytes)
+                if path.stat().st_size == sealed_size(self.cipher.current or "", len(image)):
+                    continue  # already there, sealed (content-addressed: same name)
             if not path.parent.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 dirty.add(path.parent.parent)
-            todo.append((path, image))
+            todo.append((path, self.cipher.seal(digest, image)))
             dirty.add(path.parent)
         if todo:
             list(self._threads().map(_write_synced, todo))  # raises the first failure
@@ -82,8 +99,9 @@ class ScreenshotFiles:
             self._pool.shutdown()
 
     def read(self, digest: str) -> bytes:
-        """The image; FileNotFoundError if its file is not there."""
-        return self.path(digest).read_bytes()
+        """The image; FileNotFoundError if its file is not there, KeyUnavailable or
+        ImageUndecryptable if it does not open."""
+        return self.cipher.open(digest, self.path(digest).read_bytes())
 
     def remove(self, digest: str) -> int:
         """Delete an image file; the bytes freed (0 if it was not there)."""
@@ -102,17 +120,17 @@ class ScreenshotFiles:
         return {d for d in digests if self.exists(d)}
 
     def state(self, digest: str, check_content: bool = True) -> FileState:
-        """``ok``, ``missing``, or ``corrupt`` (the content does not give the name)."""
+        """``missing``, or :func:`content_state` (just ``ok`` without ``check_content``)."""
         path = self.path(digest)
         if not path.is_file():
             return "missing"
         if not check_content:
             return "ok"
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return "ok" if h.hexdigest() == digest else "corrupt"
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            return "missing"
+        return content_state(self.cipher, digest, blob)
 
     def digests(self) -> Iterable[str]:
         """Every image file present."""

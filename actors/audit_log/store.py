@@ -38,15 +38,18 @@ from actors.audit_log.chain import (
     seal,
 )
 from actors.audit_log.evidence import PRUNE_KIND
+from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.screenshots import digest_of
 from actors.audit_log.store_db import DB_NAME, AuditDb, Reader, SqliteAuditDb, audit_paths
 from messages.audit import RESERVED_SOURCE, AuditRecordIn, ScreenshotState
 from runtime.durability import fsync_dir, write_atomic
 
-__all__ = ["CONFLICT_KIND", "DB_NAME", "AppendResult", "AuditStore", "PruneResult",
-           "audit_paths", "chain_record", "iter_chain", "open_readonly", "read_anchor"]
+__all__ = ["CONFLICT_KIND", "DB_NAME", "KEY_ROTATED_KIND", "AppendResult", "AuditStore",
+           "PruneResult", "audit_paths", "chain_record", "iter_chain", "open_readonly",
+           "read_anchor"]
 
 CONFLICT_KIND = "record_conflict"
+KEY_ROTATED_KIND = "image_key_rotated"
 _COLUMNS = ("seq, record_id, source, kind, replay_id, at, stored_at, data, screenshots, "
             "prev_hash, hash")
 PRUNE_BATCH = 5000
@@ -162,6 +165,12 @@ class AuditStore:
         self._db: AuditDb = db if db is not None else SqliteAuditDb.open(data_dir)
         self.where = self._db.where
         self.files = self._db.images
+        self.cipher: ImageCipher = self.files.cipher
+        self._keys_noted = {k for (k,) in self._db.execute("SELECT key_id FROM image_keys")}
+        # A keyring is made only for a trail that never sealed an image: in place of a lost
+        # one, it would hide the loss (image_keys.py).
+        self.cipher.required = set(self._keys_noted)
+        self.cipher.load(create=not self._keys_noted)
         self.anchor_path = data_dir / "audit" / self._db.anchor_name
         if not self.anchor_path.parent.is_dir():  # (PostgreSQL: nothing else made it)
             self.anchor_path.parent.mkdir(parents=True)
@@ -232,6 +241,9 @@ class AuditStore:
                 result.outcomes.append("stored")
                 images.extend(record.screenshots.values())
             sizes = self.files.put_many(images) if images else {}
+            if sizes and self.cipher.current not in self._keys_noted:
+                db.execute("INSERT INTO image_keys (key_id, first_used_at) VALUES (?, ?) "
+                           "ON CONFLICT (key_id) DO NOTHING", (self.cipher.current, stored_at))
             db.executemany(f"INSERT INTO records ({_COLUMNS}) VALUES "
                            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             if sizes:
@@ -241,6 +253,9 @@ class AuditStore:
                     "pruned_at = NULL, removed = 0",
                     [(d, size, stored_at) for d, size in sizes.items()])
         result.head_seq = seq + len(rows)
+        if sizes and self.cipher.current is not None:
+            self._keys_noted.add(self.cipher.current)  # (once committed)
+            self.cipher.required.add(self.cipher.current)
         if rows:
             self._head = Anchor(result.head_seq, prev)
             self.flush_anchor(min_interval_s=ANCHOR_INTERVAL_S)
@@ -287,14 +302,17 @@ class AuditStore:
     # Reading ------------------------------------------------------------------------------
 
     def page(self, *, after_seq: int, limit: int, replay_id: str | None = None,
-             since: float | None = None, max_bytes: int = MAX_PAGE_BYTES
-             ) -> tuple[list[ChainRecord], int | None]:
-        """Records with seq > after_seq (of ``replay_id``, stored at or after ``since``) and
-        the ``after_seq`` of the next page, or None at the end."""
+             since: float | None = None, kind: str | None = None,
+             max_bytes: int = MAX_PAGE_BYTES) -> tuple[list[ChainRecord], int | None]:
+        """Records with seq > after_seq (of ``replay_id``, of ``kind``, stored at or after
+        ``since``) and the ``after_seq`` of the next page, or None at the end."""
         where, args = ["seq > ?"], [after_seq]
         if replay_id is not None:
             where.append("replay_id = ?")
             args.append(replay_id)  # type: ignore[arg-type]
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind)  # type: ignore[arg-type]
         if since is not None:
             where.append("stored_at >= ?")
             args.append(since)  # type: ignore[arg-type]
@@ -339,24 +357,40 @@ class AuditStore:
             if old:
                 db.executemany("UPDATE screenshots SET pruned_at = ? WHERE sha256 = ?",
                                [(now, d) for d, _size in old])
-                seq, prev, last_stored = self.head()
-                stored_at = max(now, last_stored)
-                last = seal(prev, {
-                    "seq": seq + 1, "record_id": f"{RESERVED_SOURCE}:prune:{uuid.uuid4().hex}",
-                    "source": RESERVED_SOURCE, "kind": PRUNE_KIND, "replay_id": None,
-                    "at": now, "stored_at": stored_at, "screenshots": {},
-                    "data": {"older_than_days": older_than_days, "cutoff": cutoff,
-                             "images": len(old), "bytes": sum(s for _d, s in old),
-                             "operator": operator,
-                             **({"os_user": os_user} if os_user else {})}})
-                db.execute(f"INSERT INTO records ({_COLUMNS}) VALUES "
-                           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(last))
+                last = self._own_record("prune", PRUNE_KIND, now, {
+                    "older_than_days": older_than_days, "cutoff": cutoff, "images": len(old),
+                    "bytes": sum(s for _d, s in old), "operator": operator,
+                    **({"os_user": os_user} if os_user else {})})
         if last is not None:
-            self._head = Anchor(last.seq, last.hash)
-            self.flush_anchor()
+            self._committed(last)
         removed, freed = self._finish_prunes()
         return PruneResult(removed, freed, cutoff, last.seq if last else None,
                            len(old) == PRUNE_BATCH)
+
+    def record_key_rotation(self, previous: str | None, current: str, now: float) -> int:
+        """Record that new images are sealed with ``current`` from now on; its seq."""
+        with self._db.appending():
+            record = self._own_record("key", KEY_ROTATED_KIND, now, {
+                "previous_key_id": previous, "key_id": current})
+        self._committed(record)
+        return record.seq
+
+    def _committed(self, record: ChainRecord) -> None:
+        self._head = Anchor(record.seq, record.hash)
+        self.flush_anchor()
+
+    def _own_record(self, tag: str, kind: str, now: float, data: dict[str, Any]
+                    ) -> ChainRecord:
+        """Append a record of audit_log's own, inside the caller's ``appending`` block."""
+        seq, prev, last_stored = self.head()
+        stored_at = max(now, last_stored)
+        record = seal(prev, {
+            "seq": seq + 1, "record_id": f"{RESERVED_SOURCE}:{tag}:{uuid.uuid4().hex}",
+            "source": RESERVED_SOURCE, "kind": kind, "replay_id": None, "at": now,
+            "stored_at": stored_at, "screenshots": {}, "data": data})
+        self._db.execute(f"INSERT INTO records ({_COLUMNS}) VALUES "
+                         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(record))
+        return record
 
     def _finish_prunes(self) -> tuple[int, int]:
         """Delete the images marked pruned and not deleted yet: (images, bytes). Under the

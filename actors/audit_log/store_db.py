@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from actors.audit_log.evidence import FileState
+from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.screenshots import ScreenshotFiles
 from runtime import sqlite_store
 from runtime.durability import fsync_dir
@@ -38,7 +39,10 @@ class Reader(Protocol):
 
 
 class Images(Protocol):
-    """The screenshots, content-addressed by their sha256 (hex)."""
+    """The screenshots, content-addressed by the sha256 (hex) of their plaintext, stored
+    sealed with ``cipher`` (image_keys.py)."""
+
+    cipher: ImageCipher
 
     def put_many(self, images: Iterable[bytes]) -> dict[str, int]:
         """Store each image durably, within the append's transaction or before its commit;
@@ -50,7 +54,8 @@ class Images(Protocol):
         """Those of ``digests`` that are stored."""
 
     def read(self, digest: str) -> bytes:
-        """The image; FileNotFoundError if it is not there."""
+        """The image; FileNotFoundError if it is not there; KeyUnavailable or
+        ImageUndecryptable (image_seal.py) if it does not open."""
 
     def remove(self, digest: str) -> int:
         """Delete an image; the bytes freed (0 if it was not there)."""
@@ -103,12 +108,21 @@ CREATE INDEX IF NOT EXISTS screenshots_to_prune ON screenshots (last_seen_at)
     WHERE pruned_at IS NULL;
 CREATE INDEX IF NOT EXISTS screenshots_to_remove ON screenshots (sha256)
     WHERE pruned_at IS NOT NULL AND removed = 0;
+-- The image keys images were sealed with (image_keys.py), from their first use: a trail
+-- that has one needs its keyring (never made anew in its place).
+CREATE TABLE IF NOT EXISTS image_keys (key_id TEXT PRIMARY KEY, first_used_at REAL NOT NULL);
 """
 DB_NAME = "audit.db"
 
 
 def _create(db: sqlite3.Connection) -> None:
     db.executescript(_SCHEMA)  # idempotent: IF NOT EXISTS
+
+
+def default_keyring(data_dir: Path) -> Path:
+    """The image keyring when ``LEA_IMAGE_KEYRING`` is not set: beside the CURVE keys, not
+    with the images (docs/operations.md advises a place outside the data directory)."""
+    return data_dir / "keys" / "image-keys.json"
 
 
 def audit_paths(data_dir: Path) -> tuple[Path, Path, Path]:
@@ -128,13 +142,14 @@ class SqliteAuditDb:
         self.conn, self.images, self.where = conn, images, str(where)
 
     @classmethod
-    def open(cls, data_dir: Path) -> SqliteAuditDb:
-        """The trail in ``data_dir``, created if absent (the actor's)."""
+    def open(cls, data_dir: Path, cipher: ImageCipher | None = None) -> SqliteAuditDb:
+        """The trail in ``data_dir``, created if absent (the actor's); its images sealed with
+        ``cipher`` (default: the keyring at :func:`default_keyring`, loaded by the store)."""
         path, shots_root, anchor = audit_paths(data_dir)
         shots_root.mkdir(parents=True, exist_ok=True)
         for directory in (data_dir, anchor.parent):  # their new names, durable
             fsync_dir(directory)
-        files = ScreenshotFiles(shots_root)
+        files = ScreenshotFiles(shots_root, cipher or ImageCipher(default_keyring(data_dir)))
         files.remove_leftovers()
         # The checkpoint: a predecessor killed between a commit's write and its fsync left
         # records that a re-send would now be told are stored; it fsyncs them first (power
@@ -143,14 +158,17 @@ class SqliteAuditDb:
                                         setup=_create, checkpoint=True), files, path)
 
     @classmethod
-    def open_readonly(cls, data_dir: Path) -> SqliteAuditDb:
+    def open_readonly(cls, data_dir: Path, cipher: ImageCipher | None = None) -> SqliteAuditDb:
         """The trail in ``data_dir`` for reading only (``audit verify``: it writes nothing);
         FileNotFoundError if there is none."""
         path, shots_root, _anchor = audit_paths(data_dir)
         if not path.is_file():
             raise FileNotFoundError(path)
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
-        return cls(conn, ScreenshotFiles(shots_root), path)
+        if cipher is None:
+            cipher = ImageCipher(default_keyring(data_dir))
+            cipher.load()  # never made here: a reader writes nothing
+        return cls(conn, ScreenshotFiles(shots_root, cipher), path)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows:
         return self.conn.execute(sql, args)

@@ -123,7 +123,10 @@ def test_show_export_and_prune_through_the_actor(spawn: Spawn, lea_env: dict[str
         assert subprocess.run([sys.executable, "run.py", "audit", "export"], env=lea_env,
                               cwd=ROOT, stdout=out, timeout=60).returncode == 0
     exported = [json.loads(line) for line in export.read_text().splitlines()]
-    assert [r["seq"] for r in exported] == list(range(1, 7))
+    assert [r["seq"] for r in exported if r["kind"] != "data_viewed"] == list(range(1, 7))
+    # Each show, and this export, recorded who ran it (cli/audit_access.py).
+    assert [r["data"]["what"] for r in exported if r["kind"] == "data_viewed"] == [
+        "timeline"] * 3 + ["export"]
     assert audit(lea_env, "verify", "--jsonl", str(export)).returncode == 0
     later = audit(lea_env, "export", "--since", str(exported[0]["stored_at"] + 3600))
     assert later.returncode == 0 and later.stdout == ""
@@ -134,17 +137,18 @@ def test_show_export_and_prune_through_the_actor(spawn: Spawn, lea_env: dict[str
     assert "(pruned)" in audit(lea_env, "show", "rp1").stdout
     verified = audit(lea_env, "verify")
     assert verified.returncode == 0, verified.stdout
-    assert "7 records" in verified.stdout and "2 pruned by retention" in verified.stdout
+    # The 6 appended, the prune, and 6 views: 4 shows and 2 exports (cli/audit_access.py).
+    assert "13 records" in verified.stdout and "2 pruned by retention" in verified.stdout
 
     since_prune = audit(lea_env, "export", "--since", str(exported[-1]["stored_at"] + 1e-6))
     segment = tmp_path / "segment.jsonl"
     segment.write_text(since_prune.stdout)
-    assert [json.loads(line)["kind"] for line in since_prune.stdout.splitlines()] == [
-        "screenshots_pruned"]
+    assert [json.loads(line)["kind"] for line in since_prune.stdout.splitlines()
+            if json.loads(line)["kind"] != "data_viewed"] == ["screenshots_pruned"]
     checked = audit(lea_env, "verify", "--jsonl", str(segment))
     assert checked.returncode == 0 and "a segment" in checked.stdout
     hint = checked.stdout.split("audit verify --anchor ")[1].split()[0]
-    assert hint == f"6:{exported[-1]['hash']}"
+    assert hint == f"{exported[-1]['seq']}:{exported[-1]['hash']}"
     assert audit(lea_env, "verify", "--anchor", hint).returncode == 0
 
     tampered = tmp_path / "tampered.jsonl"

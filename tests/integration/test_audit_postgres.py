@@ -60,9 +60,11 @@ def test_two_audit_logs_appending_at_once_with_kill_9_make_one_chain(
     """Two senders send batches at once; the broker hands them to two audit_log actors (each
     its own data directory, as on two servers), one or the other of which a killer thread
     kill -9s and starts again. Each batch is re-sent until acknowledged."""
-    # One broker door for both (by default each data directory has its own).
+    # One broker door for both (by default each data directory has its own), and one image
+    # keyring, as on two servers of one trail (docs/operations.md).
     envs = [{**lea_env, "LEA_DATABASE_URL": pg_url, "LEA_DATA_DIR": str(tmp_path / name),
-             "LEA_TREE_ENDPOINT": f"ipc://{tmp_path}/tree.sock"}
+             "LEA_TREE_ENDPOINT": f"ipc://{tmp_path}/tree.sock",
+             "LEA_IMAGE_KEYRING": str(tmp_path / "image-keys.json")}
             for name in ("server-a", "server-b")]
     tree = AuditTree(spawn, envs[0])
     actors = [tree.actor, spawn(python_argv("-m", "actors", "audit_log"), env=envs[1],

@@ -14,6 +14,7 @@ import pytest
 
 from actors.audit_log.chain import Anchor, Verdict, verify
 from actors.audit_log.evidence import Evidence
+from actors.audit_log.image_seal import sealed_size
 from actors.audit_log.store import (
     CONFLICT_KIND,
     AuditStore,
@@ -95,7 +96,8 @@ def test_screenshots_are_stored_once_by_hash_before_the_commit(
                   rec(2, screenshots={"before": image})], now=5000.0)
     digest = hashlib.sha256(image).hexdigest()
     path = audit_paths(tmp_path)[1] / digest[:2] / digest
-    assert path.read_bytes() == image
+    assert image not in path.read_bytes()  # sealed (image_seal.py)
+    assert store.files.read(digest) == image
     rows, _ = store.page(after_seq=0, limit=10)
     assert rows[0].screenshots["before"] == rows[1].screenshots["before"] == digest
     assert sum(1 for p in audit_paths(tmp_path)[1].rglob("*") if p.is_file()) == 2
@@ -181,7 +183,8 @@ def test_pruning_removes_files_keeps_hashes_and_the_chain(store: AuditStore,
     store_records(store, [rec(2, screenshots={"a": b"new"})], now=1000.0 + 5 * 86400)
     old, new = (hashlib.sha256(x).hexdigest() for x in (b"old", b"new"))
     done = store.prune_screenshots(3.0, "carol", now=1000.0 + 6 * 86400)
-    assert (done.files_removed, done.bytes_freed, done.seq) == (1, 3, 3)
+    sealed = sealed_size(store.cipher.current or "", 3)  # the bytes on disk
+    assert (done.files_removed, done.bytes_freed, done.seq) == (1, sealed, 3)
     assert not store.files.exists(old) and store.files.exists(new)
     assert store.screenshot_state({old, new}) == {old: "pruned", new: "stored"}
     assert store.prune_screenshots(3.0, None, now=1000.0 + 6 * 86400).seq is None

@@ -18,11 +18,19 @@ import pytest
 
 from actors.audit_log.chain import Verdict, verify
 from actors.audit_log.evidence import Evidence
+from actors.audit_log.image_keys import ImageCipher
+from actors.audit_log.image_seal import sealed_size
 from actors.audit_log.pg_store import PgAuditDb
 from actors.audit_log.store import AuditStore, iter_chain, read_anchor
+from actors.audit_log.store_db import default_keyring
 from tests.audit_helpers import store_records
 from tests.conftest import ROOT
 from tests.unit.test_audit_store import rec
+
+
+def cipher(data_dir: Path) -> ImageCipher:
+    """The image keyring a store in ``data_dir`` uses (loaded, or made, by the store)."""
+    return ImageCipher(default_keyring(data_dir))
 
 
 def walk(url: str, data_dir: Path | None = None) -> Verdict:
@@ -44,7 +52,7 @@ def tamper(url: str, *sql: str) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path, pg_url: str) -> Iterator[AuditStore]:
-    s = AuditStore(tmp_path, PgAuditDb.connect(pg_url))
+    s = AuditStore(tmp_path, PgAuditDb.connect(pg_url, cipher(tmp_path)))
     yield s
     s.close()
 
@@ -80,7 +88,8 @@ def test_screenshots_are_kept_in_the_database_and_pruned_with_their_hash_kept(
     assert store.files.read(d_old) == old and sorted(store.files.digests()) == sorted(
         [d_old, d_new])
     done = store.prune_screenshots(3.0, "carol", now=1000.0 + 6 * 86400)
-    assert (done.files_removed, done.bytes_freed) == (1, len(old))
+    sealed = sealed_size(store.cipher.current or "", len(old))  # the bytes stored
+    assert (done.files_removed, done.bytes_freed) == (1, sealed)
     assert store.screenshot_state({d_old, d_new}) == {d_old: "pruned", d_new: "stored"}
     with pytest.raises(FileNotFoundError):
         store.files.read(d_old)
@@ -119,13 +128,16 @@ _WRITER = f"""
 import sys, time
 import psycopg
 from pathlib import Path
+from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.pg_store import PgAuditDb
 from actors.audit_log.store import AuditStore
+from actors.audit_log.store_db import default_keyring
 from tests.audit_helpers import store_records
 from tests.unit.test_audit_store import rec
 
 url, name, data_dir, go = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
-store = AuditStore(data_dir, PgAuditDb.connect(url))
+# One keyring for both, as on two servers of one trail (docs/operations.md).
+store = AuditStore(data_dir, PgAuditDb.connect(url, ImageCipher(default_keyring(data_dir.parent))))
 while not go.exists():  # both start appending together
     time.sleep(0.01)
 for b in range({BATCHES}):
@@ -143,7 +155,8 @@ store.close()
 
 
 def test_two_processes_appending_at_once_make_one_chain(pg_url: str, tmp_path: Path) -> None:
-    AuditStore(tmp_path, PgAuditDb.connect(pg_url)).close()  # the tables, before the race
+    # The tables (and the keyring), before the race.
+    AuditStore(tmp_path, PgAuditDb.connect(pg_url, cipher(tmp_path))).close()
     go = tmp_path / "go"
     writers = [subprocess.Popen([sys.executable, "-c", _WRITER, pg_url, name,
                                  str(tmp_path / name), str(go)], cwd=ROOT,
@@ -170,9 +183,10 @@ def test_two_processes_appending_at_once_make_one_chain(pg_url: str, tmp_path: P
 _HOLDER = """
 import sys, time
 from pathlib import Path
+from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.pg_store import PgAuditDb
 
-db = PgAuditDb.connect(sys.argv[1])
+db = PgAuditDb.connect(sys.argv[1], ImageCipher(None))
 with db.appending():  # the chain's lock, then silence: a writer frozen or cut off
     print("holding", flush=True)
     time.sleep(600)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from console import access
@@ -80,7 +81,8 @@ async def who(request: Request) -> Principal:
     """The person behind the request (console/access.py's two gates), or an ApiProblem."""
     console = state_of(request)
     token = console.settings.console_token
-    denied = access.network_denied(token, client_of(request), request.headers.get("host"))
+    denied = access.network_denied(console.network, client_of(request),
+                                   request.headers.get("host"))
     if denied is not None:
         _raise(denied)
     auth = request.headers.get("authorization", "")
@@ -152,7 +154,7 @@ async def login(body: LoginBody, request: Request, response: Response) -> Identi
     """Sign in with an operator account; sets the session cookie."""
     console = state_of(request)
     settings = console.settings
-    denied = access.network_denied(settings.console_token, client_of(request),
+    denied = access.network_denied(console.network, client_of(request),
                                    request.headers.get("host"))
     if denied is not None:
         _raise(denied)
@@ -208,7 +210,8 @@ async def login(body: LoginBody, request: Request, response: Response) -> Identi
     # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
     # server's expiry is the one that counts (it can then say "expired", not "who are you").
     response.set_cookie(access.SESSION_COOKIE, value, httponly=True, samesite="strict",
-                        path="/", secure=request.url.scheme == "https")
+                        path="/",
+                        secure=access.cookies_secure(settings, request.url.scheme))
     return Identity(account=account.name, role=account.role, via="session",
                     expires_at=expires_at)
 
@@ -222,6 +225,13 @@ async def logout(request: Request, response: Response) -> None:
             session_hash(cookie), time.time()):
         console.audit.wake()
     response.delete_cookie(access.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+
+
+@auth.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request, _principal: Me) -> JSONResponse:
+    """The API's description, for a signed-in person or the token only (it names every
+    route and field)."""
+    return JSONResponse(request.app.openapi())
 
 
 @auth.get("/me")

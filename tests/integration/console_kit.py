@@ -44,11 +44,13 @@ def console_system(spawn: Spawn, env: dict[str, str], tmp: Path,
     console answers."""
     port = free_port()
     system = System(spawn, env, tmp, {"LEA_CONSOLE_PORT": str(port), **extra_env})
-    url = f"http://127.0.0.1:{port}"
+    scheme = "https" if extra_env.get("LEA_CONSOLE_TLS_CERT") else "http"
+    url = f"{scheme}://127.0.0.1:{port}"
 
     def up() -> bool:  # it answers (a sign-in is needed: 401 is an answer)
-        try:
-            return httpx.get(f"{url}/api/health", timeout=2).status_code in (200, 401)
+        try:  # the tests' certificates are their own: not checked here
+            return httpx.get(f"{url}/api/health", timeout=2,
+                             verify=False).status_code in (200, 401)
         except httpx.HTTPError:
             return False
 
@@ -71,8 +73,9 @@ def app_in_process(tmp: Path) -> Iterator[FastAPI]:
 
 
 @contextlib.contextmanager
-def chromium(tmp: Path) -> Iterator[BrowserContext]:
-    """A Playwright browser context on Debian's chromium, with a fresh profile."""
+def chromium(tmp: Path, *extra_args: str) -> Iterator[BrowserContext]:
+    """A Playwright browser context on Debian's chromium, with a fresh profile (and
+    ``extra_args`` on its command line)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs the chromium package")
     from playwright.sync_api import sync_playwright
@@ -80,8 +83,8 @@ def chromium(tmp: Path) -> Iterator[BrowserContext]:
     profile = tmp / "chromium-profile"
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            locale="fr-FR", viewport={"width": 1280, "height": 900})
+            str(profile), executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args],
+            headless=True, locale="fr-FR", viewport={"width": 1280, "height": 900})
         try:
             yield context
         finally:
@@ -116,7 +119,7 @@ def sign_in(page: Page, name: str, password: str = PASSWORD) -> None:
 @contextlib.contextmanager
 def signed_in(url: str, name: str, password: str = PASSWORD) -> Iterator[httpx.Client]:
     """An HTTP client with the session of ``name`` (POST /api/login)."""
-    with httpx.Client(base_url=url, timeout=10) as client:
+    with httpx.Client(base_url=url, timeout=10, verify=False) as client:
         reply = client.post("/api/login", json={"account": name, "password": password})
         assert reply.status_code == 200, reply.text
         yield client

@@ -21,9 +21,10 @@ from types import FrameType
 import uvicorn
 from loguru import logger
 
-from console.access import config_problem, is_loopback
+from console.access import is_loopback
 from console.app import create_app
-from console.tls import tls_on, tls_problem
+from console.startup_checks import startup_problem
+from console.tls import tls_on
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.settings import Settings
 
@@ -102,7 +103,7 @@ async def serve(settings: Settings) -> int:
 
 
 def run(settings: Settings) -> int:
-    problem = config_problem(settings) or tls_problem(settings)
+    problem = startup_problem(settings)
     if problem is not None:
         print(f"error: console: {problem}", file=sys.stderr)
         return 2

@@ -16,6 +16,8 @@ from console.audit_pump import AuditPump
 from console.board import Board
 from console.broker_link import BrokerLink
 from console.bus_feed import Hub
+from console.directory import Directory
+from console.directory_rules import DirectoryConfig
 from console.live import Live
 from console.metrics import Metrics
 from console.tls import certificate_names, tls_on
@@ -80,6 +82,8 @@ class ConsoleState:
     limits: OncePer
     metrics: Metrics
     network: Network
+    directory: Directory | None
+    """The hospital's directory, when sign-in goes through it (console/signin.py)."""
 
     @classmethod
     def build(cls, settings: Settings) -> ConsoleState:
@@ -94,13 +98,16 @@ class ConsoleState:
         return cls(settings, link, board, hub,
                    Live(link, board, hub, trail, metrics.on_summaries), trail, accounts,
                    AuditPump(settings.tree_mdp_endpoints, accounts.path), OncePer(), metrics,
-                   network_of(settings, names))
+                   network_of(settings, names),
+                   Directory(config) if (config := DirectoryConfig.of(settings)) else None)
 
     def close_local(self) -> None:
         """Close what belongs to the event loop's thread (its SQLite connections); then
         ``link.close`` may run elsewhere (it waits for the calls under way)."""
         self.audit.close()
         self.accounts.close()
+        if self.directory is not None:
+            self.directory.close()
 
     def close(self) -> None:
         self.close_local()

@@ -24,8 +24,8 @@ from console.app import create_app
 from console.state import ConsoleState
 from runtime.settings import Settings
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
-from tests.integration.probes import cli
-from tests.integration.system import System
+from tests.integration.probes import cli, ready_agent
+from tests.integration.system import System, workflow
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page
@@ -140,3 +140,22 @@ def audit_records(system: System, replay_id: str, kind: str) -> list[dict[str, A
     assert shown.returncode == 0, shown.stderr
     records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
     return [r for r in records if r["kind"] == kind]
+
+
+CHECK_LABEL = "Premier contrôle"
+CHECK_INTENTION = "Faire contrôler le dossier du patient"
+WORKFLOW_NAME = "Contrôle du dossier"
+
+
+def paused_at_a_check(system: System, machine_id: str, workflow_id: str) -> str:
+    """A replay (a simulated agent ``machine_id``, a workflow named :data:`WORKFLOW_NAME`)
+    paused at a step whose intention is :data:`CHECK_INTENTION`, with one required check
+    ``chk_a``; its id."""
+    ready_agent(system, machine_id)
+    checked = {"type": "pause_for_human", "intention": CHECK_INTENTION, "parameters": {
+        "message": "Contrôle", "safety_checks": [
+            {"id": "chk_a", "label": CHECK_LABEL, "required": True}]}}
+    wf = workflow(checked, workflow_id=workflow_id).model_copy(update={"name": WORKFLOW_NAME})
+    replay_id = system.start(wf, machine_id)
+    system.wait_status(replay_id, "paused_need_help", timeout=30)
+    return replay_id

@@ -1,0 +1,32 @@
+"""Everything the console checks before it listens, in one call for the console itself and
+for ``python run.py`` (which checks before it starts the tree, so that a setting the
+console cannot take stops the tree with one line, exit 2, instead of a console restarting in
+a loop): the access rules (console/access.py), the directory's settings
+(console/directory_rules.py) and its service account's password file, the certificate
+(console/tls.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console.access import config_problem
+from console.directory_rules import directory_problem
+from console.tls import tls_problem
+from runtime.settings import Settings
+
+
+def startup_problem(settings: Settings) -> str | None:
+    """Why the console must not start with these settings, or None."""
+    if not settings.console_port:
+        return None
+    found = config_problem(settings) or directory_problem(settings) or tls_problem(settings)
+    if found is not None:
+        return found
+    secret = settings.console_ldap_bind_password_file
+    if settings.console_ldap_url and secret:
+        try:
+            if not Path(secret).read_text().strip():
+                return f"LEA_CONSOLE_LDAP_BIND_PASSWORD_FILE={secret} is empty"
+        except OSError as exc:
+            return f"LEA_CONSOLE_LDAP_BIND_PASSWORD_FILE={secret}: {exc.strerror or exc}"
+    return None

@@ -28,6 +28,7 @@ from console.accounts import Act, may
 from console.signin import session_person, sign_in
 from console.state import ApiProblem, ConsoleState
 from messages.replay import Role
+from runtime.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,29 @@ def require_json(request: Request) -> None:
     if kind != "application/json":
         raise ApiProblem(415, "unsupported_media_type",
                          f"send a JSON body (Content-Type: application/json), not {kind!r}")
+    require_same_origin(request)
+
+
+def require_same_origin(request: Request, null_origin: bool = False) -> None:
+    """A request a browser says comes from another site (``Origin``, ``Sec-Fetch-Site``) is
+    refused. ``null_origin``: a form the browser posts itself says ``Origin: null`` under
+    this console's ``Referrer-Policy: no-referrer``; ``Sec-Fetch-Site`` still tells."""
     origin = request.headers.get("origin")
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise ApiProblem(403, "cross_origin", f"requests from a {site} page are not accepted")
+    if null_origin and origin == "null":
+        return
     if origin and origin.split("://", 1)[-1].lower() != request.headers.get("host", "").lower():
         raise ApiProblem(403, "cross_origin", f"requests from {origin} are not accepted")
+
+
+def set_session_cookie(response: Response, value: str, settings: Settings,
+                       scheme: str) -> None:
+    # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
+    # server's expiry is the one that counts (it can then say "expired", not "who are you").
+    response.set_cookie(access.SESSION_COOKIE, value, httponly=True, samesite="strict",
+                        path="/", secure=access.cookies_secure(settings, scheme))
 
 
 def _raise(denied: access.Denied) -> None:
@@ -153,11 +174,7 @@ async def login(body: LoginBody, request: Request, response: Response) -> Identi
     if denied is not None:
         _raise(denied)
     signed = await sign_in(console, body.account, body.password, client_of(request))
-    # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
-    # server's expiry is the one that counts (it can then say "expired", not "who are you").
-    response.set_cookie(access.SESSION_COOKIE, signed.cookie, httponly=True, samesite="strict",
-                        path="/",
-                        secure=access.cookies_secure(settings, request.url.scheme))
+    set_session_cookie(response, signed.cookie, settings, request.url.scheme)
     return Identity(account=signed.account, role=signed.role, via="session",
                     expires_at=signed.expires_at)
 

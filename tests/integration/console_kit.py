@@ -9,6 +9,7 @@ installs it) with a fresh profile per test.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page
 
 CHROMIUM = "/usr/bin/chromium"
+_profiles = itertools.count()
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -73,18 +75,19 @@ def app_in_process(tmp: Path) -> Iterator[FastAPI]:
 
 
 @contextlib.contextmanager
-def chromium(tmp: Path, *extra_args: str) -> Iterator[BrowserContext]:
+def chromium(tmp: Path, *extra_args: str, **options: Any) -> Iterator[BrowserContext]:
     """A Playwright browser context on Debian's chromium, with a fresh profile (and
-    ``extra_args`` on its command line)."""
+    ``extra_args`` on its command line, ``options`` for the context)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs the chromium package")
     from playwright.sync_api import sync_playwright
 
-    profile = tmp / "chromium-profile"
+    profile = tmp / f"chromium-profile-{next(_profiles)}"
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(profile), executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args],
-            headless=True, locale="fr-FR", viewport={"width": 1280, "height": 900})
+            headless=True, locale="fr-FR", viewport={"width": 1280, "height": 900},
+            **options)
         try:
             yield context
         finally:

@@ -3,11 +3,13 @@ the highest of the groups they are in (console/directory_rules.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from console.directory_rules import DirectoryConfig, directory_problem, role_of
+from console.startup_checks import startup_problem
 from runtime.settings import Settings
 
 GROUPS = {"console_ldap_viewer_group": "cn=V,dc=h", "console_ldap_operator_group": "cn=O,dc=h",
@@ -48,3 +50,21 @@ def test_the_highest_role_of_the_groups_a_person_is_in() -> None:
                                                   "console_ldap_admin_group": ""}))
     assert only_viewers is not None and only_viewers.groups == (("viewer", "cn=V,dc=h"),)
     assert DirectoryConfig.of(Settings()) is None
+
+
+def test_the_service_accounts_password_file_is_checked_before_starting(tmp_path: Path) -> None:
+    secret = tmp_path / "ldap-password"
+    settings = Settings(**GOOD, console_ldap_bind_dn="cn=svc",
+                        console_ldap_bind_password_file=str(secret))
+    found = startup_problem(settings)
+    assert found is not None and "No such file" in found
+    secret.write_text("\n")
+    secret.chmod(0o600)
+    found = startup_problem(settings)
+    assert found is not None and "is empty" in found
+    secret.write_text("the service password\n")
+    secret.chmod(0o640)
+    found = startup_problem(settings)
+    assert found is not None and "chmod 600" in found
+    secret.chmod(0o600)
+    assert startup_problem(settings) is None

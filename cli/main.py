@@ -122,9 +122,9 @@ def _up(settings: Settings, _args: argparse.Namespace) -> int:
 
     if _curve_keys_missing(settings):
         return 2
-    from console.access import config_problem
+    from console.startup_checks import startup_problem
 
-    if (problem := config_problem(settings)) is not None:
+    if (problem := startup_problem(settings)) is not None:
         print(f"error: console: {problem}", file=sys.stderr)
         return 2
     if _settings_refused():

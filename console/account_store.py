@@ -55,6 +55,8 @@ class Session:
     account: Account | None = None
     id_hash: str = ""
     expires_at: float = 0.0
+    directory_dn: str | None = None
+    """A person of the directory's (their role is read there again at each request)."""
 
 
 def session_hash(value: str) -> str:
@@ -68,6 +70,10 @@ def short(id_hash: str) -> str:
 
 def _create(db: sqlite3.Connection) -> None:
     db.executescript(_SCHEMA)  # idempotent: IF NOT EXISTS
+    # A session of a person of the directory (console/directory.py) keeps their entry's DN:
+    # a column added to the databases made before the directory existed.
+    if "directory_dn" not in {r[1] for r in db.execute("PRAGMA table_info(sessions)")}:
+        db.execute("ALTER TABLE sessions ADD COLUMN directory_dn TEXT")
     audit_outbox.create(db)
 
 
@@ -183,36 +189,45 @@ class AccountStore:
     # Sessions ---------------------------------------------------------------------------
 
     def open_session(self, id_hash: str, account: Account, client: str, now: float,
-                     expires_at: float, forget_scope: str, attempt: list[int]) -> None:
+                     expires_at: float, forget_scope: str, attempt: list[int],
+                     directory_dn: str | None = None) -> None:
         """A new session after a good password: the account's failures and this attempt's
-        rows are forgotten, and the sign-in recorded."""
+        rows are forgotten, and the sign-in recorded. ``directory_dn``: a person of the
+        directory, with no local account (``account`` then says their name and role at
+        sign-in)."""
         with self._tx() as db:
             db.execute("DELETE FROM login_failures WHERE scope = ?", (forget_scope,))
             db.executemany("DELETE FROM login_failures WHERE rowid = ?",
                            [(i,) for i in attempt])
             db.execute("DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at < ?",
                        (now - ENDED_KEPT_S,))
-            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, NULL, NULL)",
-                       (id_hash, account.name, client, now, expires_at))
+            db.execute("INSERT INTO sessions (id_hash, account, client, created_at, expires_at, "
+                       "directory_dn) VALUES (?, ?, ?, ?, ?, ?)",
+                       (id_hash, account.name, client, now, expires_at, directory_dn))
             self._audit("login_succeeded", now, {
                 "account": account.name, "role": account.role, "client": client,
-                "session": short(id_hash), "expires_at": expires_at})
+                "session": short(id_hash), "expires_at": expires_at,
+                **({"origin": "directory", "dn": directory_dn} if directory_dn else {})})
 
     def session(self, id_hash: str, now: float) -> Session:
         """The session of a cookie now; an expiry seen for the first time is recorded."""
         with self._lock:
             row = self._db.execute(
                 "SELECT s.expires_at, s.ended_at, s.end_reason, a.name, a.role, "
-                "a.password_hash, a.disabled, a.created_at FROM sessions s "
-                "LEFT JOIN accounts a ON a.name = s.account WHERE s.id_hash = ?",
+                "a.password_hash, a.disabled, a.created_at, s.directory_dn, s.account, "
+                "s.created_at FROM sessions s LEFT JOIN accounts a "
+                "ON a.name = s.account AND s.directory_dn IS NULL WHERE s.id_hash = ?",
                 (id_hash,)).fetchone()
             if row is None:
                 return Session("unknown")
-            expires_at, ended_at, end_reason = row[0], row[1], row[2]
-            account = _account(row[3:]) if row[3] is not None else None
+            expires_at, ended_at, end_reason, dn = row[0], row[1], row[2], row[8]
+            account = _account(row[3:8]) if row[3] is not None else None
+            if dn is not None:  # the directory says the role, at each request (auth.py)
+                account = Account(name=row[9], role="viewer", password_hash="",
+                                  disabled=False, created_at=row[10])
             if ended_at is not None:
                 return Session("expired" if end_reason == "expired" else "ended", account,
-                               id_hash, expires_at)
+                               id_hash, expires_at, dn)
             if account is None:
                 return Session("ended", None, id_hash, expires_at)
             if now >= expires_at:
@@ -222,10 +237,20 @@ class AccountStore:
                     self._audit("session_expired", now, {
                         "account": account.name, "session": short(id_hash),
                         "expires_at": expires_at})
-                return Session("expired", account, id_hash, expires_at)
+                return Session("expired", account, id_hash, expires_at, dn)
             if account.disabled:
                 return Session("account_disabled", account, id_hash, expires_at)
-            return Session("valid", account, id_hash, expires_at)
+            return Session("valid", account, id_hash, expires_at, dn)
+
+    def end_directory_session(self, id_hash: str, now: float, why: str,
+                              data: dict[str, Any]) -> None:
+        """A directory person's session ends because the directory no longer lets them in
+        (``why``: removed, disabled, no group), recorded with ``data``."""
+        with self._tx() as db:
+            if db.execute("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id_hash = ? "
+                          "AND ended_at IS NULL", (now, why, id_hash)).rowcount:
+                self._audit("session_ended_by_directory", now,
+                            {**data, "session": short(id_hash), "why": why})
 
     def end_session(self, id_hash: str, now: float) -> bool:
         """Sign out: the session ends (recorded); False if it was not open."""

@@ -19,7 +19,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from console.access import Denied
 from console.auth import Admin, Answerer, Me, require_json, state_of, who
+from console.signin import session_person
 from console.state import ApiProblem, ConsoleState, problem_of
 from console.view_log import record_view
 from console.views import ReplayDetail, ReplayRow, Timeline, timeline_entry
@@ -256,10 +258,11 @@ async def events(console: Console, me: Me) -> AsyncIterator[ServerSentEvent]:
                 item = ("", {})
             if me.session and time.monotonic() - checked >= SESSION_CHECK_S:
                 checked = time.monotonic()
-                session = console.accounts.session(me.session, time.time())
-                if session.state != "valid":
-                    console.audit.wake()
-                    yield ServerSentEvent(event="session_ended", data={"state": session.state})
+                # The same look as at each request: a directory person removed from its
+                # groups loses the stream too (console/signin.py).
+                found = await session_person(console, me.session)
+                if isinstance(found, Denied):
+                    yield ServerSentEvent(event="session_ended", data={"state": found.code})
                     return
             if item is None:
                 return

@@ -21,6 +21,7 @@ from console.bus_feed import BusFeed
 from console.pages import pages, templates
 from console.scrape import poll, scrape
 from console.state import ApiProblem, ConsoleState
+from console.tls import tls_on
 from messages.events import Event
 from runtime.settings import Settings
 
@@ -40,12 +41,18 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-class SecurityHeaders:
-    """Adds :data:`SECURITY_HEADERS` to every response (a plain ASGI wrapper: it leaves the
-    event stream alone)."""
+# Under the console's own TLS: browsers that came once never try it in clear again.
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` (and ``extra``) to every response (a plain ASGI
+    wrapper: it leaves the event stream alone)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]],
+                 extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         self.app = app
+        self.headers = [*SECURITY_HEADERS, *extra]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +61,7 @@ class SecurityHeaders:
 
         async def send_with_headers(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                message["headers"] = [*message.get("headers", []), *self.headers]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -123,7 +130,7 @@ def create_app(settings: Settings) -> FastAPI:
             await loop.run_in_executor(None, console.link.close)
 
     app = FastAPI(title="Léa supervisor console", version="1", lifespan=lifespan,
-                  openapi_url="/api/openapi.json", docs_url=None, redoc_url=None,
+                  openapi_url=None, docs_url=None, redoc_url=None,
                   description="Follow replays and answer their pauses. Used by the console's "
                               "own pages; scripts may use it with the same rules.")
     app.add_exception_handler(ApiProblem, _problem)
@@ -134,5 +141,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(pages)
     app.include_router(scrape)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(SecurityHeaders, extra=(HSTS,) if tls_on(settings) else ())
     return app

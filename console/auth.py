@@ -4,7 +4,8 @@
   SameSite=Strict cookie holding a random value (the database keeps only its hash), valid
   for ``console_session_lifetime_s`` and until the browser closes. Failures are counted
   per account and per client address (console/accounts.py), each attempt before its password
-  is checked, and refused with 429 past the limit. Every sign-in, failure, limit reached,
+  is checked, and refused with 429 past the limit; a local account, or a person of the
+  hospital's directory (console/signin.py). Every sign-in, failure, limit reached,
   sign-out and expiry is an audit record (source ``console``).
 - :func:`who` is the person (or script) behind a request, :func:`answerer` one allowed to
   answer a replay: a viewer's resume, pause or cancel is refused here (403
@@ -13,27 +14,21 @@
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from console import access
 from console.account_store import session_hash
-from console.accounts import (
-    Act,
-    hash_password,
-    may,
-    needs_rehash,
-    password_matches,
-    wait_before_login,
-)
+from console.accounts import Act, may
+from console.signin import session_person, sign_in
 from console.state import ApiProblem, ConsoleState
 from messages.replay import Role
+from runtime.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +62,29 @@ def require_json(request: Request) -> None:
     if kind != "application/json":
         raise ApiProblem(415, "unsupported_media_type",
                          f"send a JSON body (Content-Type: application/json), not {kind!r}")
+    require_same_origin(request)
+
+
+def require_same_origin(request: Request, null_origin: bool = False) -> None:
+    """A request a browser says comes from another site (``Origin``, ``Sec-Fetch-Site``) is
+    refused. ``null_origin``: a form the browser posts itself says ``Origin: null`` under
+    this console's ``Referrer-Policy: no-referrer``; ``Sec-Fetch-Site`` still tells."""
     origin = request.headers.get("origin")
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise ApiProblem(403, "cross_origin", f"requests from a {site} page are not accepted")
+    if null_origin and origin == "null":
+        return
     if origin and origin.split("://", 1)[-1].lower() != request.headers.get("host", "").lower():
         raise ApiProblem(403, "cross_origin", f"requests from {origin} are not accepted")
+
+
+def set_session_cookie(response: Response, value: str, settings: Settings,
+                       scheme: str) -> None:
+    # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
+    # server's expiry is the one that counts (it can then say "expired", not "who are you").
+    response.set_cookie(access.SESSION_COOKIE, value, httponly=True, samesite="strict",
+                        path="/", secure=access.cookies_secure(settings, scheme))
 
 
 def _raise(denied: access.Denied) -> None:
@@ -80,7 +95,8 @@ async def who(request: Request) -> Principal:
     """The person behind the request (console/access.py's two gates), or an ApiProblem."""
     console = state_of(request)
     token = console.settings.console_token
-    denied = access.network_denied(token, client_of(request), request.headers.get("host"))
+    denied = access.network_denied(console.network, client_of(request),
+                                   request.headers.get("host"))
     if denied is not None:
         _raise(denied)
     auth = request.headers.get("authorization", "")
@@ -88,15 +104,16 @@ async def who(request: Request) -> Principal:
     if token and access.token_matches(token, bearer):
         return Principal(role="viewer", via="token")
     cookie = request.cookies.get(access.SESSION_COOKIE)
-    state = "unknown"
     if cookie and len(cookie) <= access.MAX_COOKIE_CHARS:
-        session = console.accounts.session(session_hash(cookie), time.time())
-        if session.state == "valid" and session.account is not None:
-            return Principal(role=session.account.role, via="session",
-                             account=session.account.name, session=session.id_hash)
-        state = session.state
-        if state == "expired":
-            console.audit.wake()
+        found = await session_person(console, session_hash(cookie))
+        if isinstance(found, access.Denied):
+            _raise(found)
+            raise AssertionError("unreachable")
+        session, role = found
+        assert session.account is not None
+        return Principal(role=role, via="session", account=session.account.name,
+                         session=session.id_hash)
+    state = "unknown"
     _raise(access.person_denied(state))
     raise AssertionError("unreachable")
 
@@ -152,65 +169,14 @@ async def login(body: LoginBody, request: Request, response: Response) -> Identi
     """Sign in with an operator account; sets the session cookie."""
     console = state_of(request)
     settings = console.settings
-    denied = access.network_denied(settings.console_token, client_of(request),
+    denied = access.network_denied(console.network, client_of(request),
                                    request.headers.get("host"))
     if denied is not None:
         _raise(denied)
-    name, client, now = body.account.strip().lower(), client_of(request), time.time()
-    scopes = [f"account:{name}", f"address:{client}"]
-    since = now - settings.console_login_window_s
-    failures = [console.accounts.failures(scope, since) for scope in scopes]
-    wait = wait_before_login(
-        failures[0], failures[1], now, settings.console_login_window_s,
-        settings.console_login_max_failures, settings.console_login_max_failures_per_address)
-    account = console.accounts.get(name)
-    if wait is not None:
-        scope, seconds = wait
-        key = scopes[0] if scope == "account" else scopes[1]
-        if console.limits.first(key, now, settings.console_login_window_s):
-            console.accounts.record("login_rate_limited", now, {
-                "limit": scope, "client": client, "retry_after_s": round(seconds),
-                **({"account": name} if account else {"account_known": False})})
-            console.audit.wake()
-        whose = "of this account" if scope == "account" else "from this address"
-        raise ApiProblem(429, "login_rate_limited", f"too many failed sign-ins {whose}: try "
-                         f"again in {round(seconds)} s", {"retry_after_s": round(seconds),
-                                                          "limit": scope},
-                         {"Retry-After": str(round(seconds))})
-    # Counted before the (slow) check, in the same turn of the loop as the limit: attempts
-    # sent together are refused past the limit, not all checked at once.
-    attempt = console.accounts.attempt(scopes, now, settings.console_login_window_s)
-    loop = asyncio.get_running_loop()
-    ok = await loop.run_in_executor(None, password_matches,
-                                    account.password_hash if account else None, body.password)
-    if not ok or account is None:
-        # An unknown name is not written to the trail: it is often a password typed in
-        # the wrong field, and the trail keeps everything for good.
-        console.accounts.record("login_failed", now, {
-            "client": client, "reason": "bad_password" if account else "unknown_account",
-            **({"account": name} if account else {"account_known": False}),
-            "failures_in_window": failures[0].count + 1})
-        console.audit.wake()
-        raise ApiProblem(401, "login_failed", "wrong account name or password")
-    if account.disabled:
-        console.accounts.record("login_refused", now, {
-            "account": name, "client": client, "reason": "account_disabled"})
-        console.audit.wake()
-        raise ApiProblem(403, "account_disabled", "this account is disabled")
-    if needs_rehash(account.password_hash):
-        console.accounts.rehash(name, await loop.run_in_executor(
-            None, hash_password, body.password), now)
-    value = secrets.token_urlsafe(32)
-    expires_at = now + settings.console_session_lifetime_s
-    console.accounts.open_session(session_hash(value), account, client, now, expires_at,
-                                  scopes[0], attempt)
-    console.audit.wake()
-    # No Max-Age: the cookie goes when the browser closes (a shared ward computer), and the
-    # server's expiry is the one that counts (it can then say "expired", not "who are you").
-    response.set_cookie(access.SESSION_COOKIE, value, httponly=True, samesite="strict",
-                        path="/", secure=request.url.scheme == "https")
-    return Identity(account=account.name, role=account.role, via="session",
-                    expires_at=expires_at)
+    signed = await sign_in(console, body.account, body.password, client_of(request))
+    set_session_cookie(response, signed.cookie, settings, request.url.scheme)
+    return Identity(account=signed.account, role=signed.role, via="session",
+                    expires_at=signed.expires_at)
 
 
 @auth.post("/logout", status_code=204, dependencies=[Depends(require_json)])
@@ -222,6 +188,13 @@ async def logout(request: Request, response: Response) -> None:
             session_hash(cookie), time.time()):
         console.audit.wake()
     response.delete_cookie(access.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+
+
+@auth.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request, _principal: Me) -> JSONResponse:
+    """The API's description, for a signed-in person or the token only (it names every
+    route and field)."""
+    return JSONResponse(request.app.openapi())
 
 
 @auth.get("/me")

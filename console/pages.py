@@ -11,14 +11,24 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path as FsPath
 from typing import Annotated, Any
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from console import access
 from console.accounts import may
 from console.api import REPLAY_ID
-from console.auth import Principal, state_of, who
+from console.auth import (
+    Principal,
+    client_of,
+    require_same_origin,
+    set_session_cookie,
+    state_of,
+    who,
+)
+from console.signin import sign_in
 from console.state import ApiProblem, ConsoleState
 from console.view_log import record_view
 from console.views import Timeline, timeline_entry
@@ -54,15 +64,92 @@ def _who(me: Principal) -> dict[str, Any]:
             "may_answer": may(me.role, "answer")}
 
 
+DEFAULT_CONTACT = "l'administrateur de Léa de votre établissement"
+# What the sign-in page says after a refusal (the same codes as the API's, console/signin.py).
+SIGNIN_PROBLEMS = {
+    "login_failed": "Identifiant ou mot de passe incorrect.",
+    "account_disabled": "Ce compte est désactivé. Adressez-vous à {contact}.",
+    "no_role": ("Votre compte n'a pas accès à Léa : il n'est dans aucun de ses groupes de "
+                "l'annuaire. Adressez-vous à {contact}."),
+    "directory_unavailable": "L'annuaire de l'hôpital ne répond pas : réessayez dans un moment.",
+    "cross_origin": "Cette page de connexion ne vient pas de Léa : ouvrez Léa à son adresse.",
+}
+SIGNIN_FORM_MAX_BYTES = 8192
+
+
+def _local(path: str) -> str:
+    """``path`` if it is a page of this console, else ``/``: no redirection elsewhere."""
+    if path.startswith("/") and not path.startswith(("//", "/signin")) and "\\" not in path:
+        return path
+    return "/"
+
+
+def _signin(request: Request, status: int, why: str | None = None,
+            problem: str | None = None, account: str = "",
+            next_page: str | None = None) -> HTMLResponse:
+    """The sign-in page: whom to ask for an account (never a server command), and why the
+    person is here again when there is a reason."""
+    settings = state_of(request).settings
+    contact = settings.console_help_contact or DEFAULT_CONTACT
+    return _render(request, "signin.html", status, why=why, contact=contact,
+                   directory=bool(settings.console_ldap_url), account=account,
+                   problem=problem.format(contact=contact) if problem else None,
+                   next=_local(next_page or request.url.path))
+
+
 async def _gate(request: Request) -> Principal | HTMLResponse:
     """The person at this browser, or the page to show instead (sign-in, refusal)."""
     try:
         return await who(request)
     except ApiProblem as denied:
-        if denied.status == 401 or denied.code == "account_disabled":
-            return _render(request, "signin.html", 401, why=denied.code)
+        if denied.status == 401 or denied.code in ("account_disabled", "no_role"):
+            return _signin(request, 401 if denied.status == 401 else denied.status,
+                           why=denied.code, problem=SIGNIN_PROBLEMS.get(denied.code))
         return _render(request, "problem.html", denied.status, title="Accès refusé",
                        text=denied.message)
+
+
+@pages.get("/signin")
+async def signin_again() -> RedirectResponse:
+    """After a sign-in page answered at /signin, a reload comes here: the list (which asks
+    for a sign-in itself when needed)."""
+    return RedirectResponse("/", status_code=303)
+
+
+@pages.post("/signin", response_class=HTMLResponse)
+async def signin_form(request: Request, console: Console) -> Response:
+    """The sign-in form sent by the browser itself (its script not loaded): a POST, so the
+    password never is in an address; then back to the page asked for."""
+    name, form = "", dict[str, list[str]]()
+    try:
+        require_same_origin(request, null_origin=True)
+        denied = access.network_denied(console.network, client_of(request),
+                                       request.headers.get("host"))
+        if denied is not None:
+            raise ApiProblem(denied.status, denied.code, denied.message)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > SIGNIN_FORM_MAX_BYTES:
+                raise ApiProblem(413, "too_large", "the form is too large")
+        form = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+        name = (form.get("account") or [""])[0][:64]
+        password = (form.get("password") or [""])[0][:1024]
+        if not name.strip() or not password:
+            raise ApiProblem(401, "login_failed", "account and password are both needed")
+        signed = await sign_in(console, name, password, client_of(request))
+    except ApiProblem as problem:
+        text = SIGNIN_PROBLEMS.get(problem.code)
+        if problem.code == "login_rate_limited":
+            minutes = max(1, -(-int(problem.detail.get("retry_after_s", 60)) // 60))
+            text = f"Trop d'essais manqués : réessayez dans {minutes} min."
+        page = _signin(request, problem.status, problem=text or problem.message,
+                       account=name, next_page=(form.get("next") or ["/"])[0])
+        page.headers.update(problem.headers)
+        return page
+    response = RedirectResponse(_local((form.get("next") or ["/"])[0]), status_code=303)
+    set_session_cookie(response, signed.cookie, console.settings, request.url.scheme)
+    return response
 
 
 @pages.get("/", response_class=HTMLResponse)

@@ -21,8 +21,10 @@ from types import FrameType
 import uvicorn
 from loguru import logger
 
-from console.access import config_problem
+from console.access import is_loopback
 from console.app import create_app
+from console.startup_checks import startup_problem
+from console.tls import tls_on
 from runtime.liveness import BEAT_INTERVAL_S, Beacon
 from runtime.settings import Settings
 
@@ -72,8 +74,12 @@ async def _bound(host: str, port: int, server: uvicorn.Server) -> socket.socket 
 async def serve(settings: Settings) -> int:
     beacon = Beacon.from_env()
     beats = asyncio.create_task(_beat(beacon), name="console-beacon")
+    tls = tls_on(settings)
+    # The certificate and key were checked in run() (console/tls.py); uvicorn loads them.
     config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, lifespan="on")
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S, lifespan="on",
+                            ssl_certfile=settings.console_tls_cert if tls else None,
+                            ssl_keyfile=settings.console_tls_key if tls else None)
     server = uvicorn.Server(config)
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
@@ -85,9 +91,10 @@ async def serve(settings: Settings) -> int:
         sock = await _bound(settings.console_host, settings.console_port, server)
         if sock is None:
             return 0
-        logger.info("console: http://{}:{}/ ({})", settings.console_host,
-                    settings.console_port,
-                    "access token required" if settings.console_token else "loopback only")
+        logger.info("console: {}://{}:{}/ ({})", "https" if tls else "http",
+                    settings.console_host, settings.console_port,
+                    "loopback only" if is_loopback(settings.console_host)
+                    else "beyond loopback")
         with sock:
             await server.serve(sockets=[sock])
         return 0
@@ -96,7 +103,7 @@ async def serve(settings: Settings) -> int:
 
 
 def run(settings: Settings) -> int:
-    problem = config_problem(settings)
+    problem = startup_problem(settings)
     if problem is not None:
         print(f"error: console: {problem}", file=sys.stderr)
         return 2

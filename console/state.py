@@ -9,14 +9,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from console.access import Network, network_of
 from console.account_store import AccountStore
 from console.accounts import OncePer
 from console.audit_pump import AuditPump
 from console.board import Board
 from console.broker_link import BrokerLink
 from console.bus_feed import Hub
+from console.directory import Directory
+from console.directory_rules import DirectoryConfig
 from console.live import Live
 from console.metrics import Metrics
+from console.tls import certificate_names, tls_on
 from console.trail import TrailCache
 from console.views import ReplayDetail, pause_view
 from runtime.settings import Settings
@@ -77,6 +81,9 @@ class ConsoleState:
     audit: AuditPump
     limits: OncePer
     metrics: Metrics
+    network: Network
+    directory: Directory | None
+    """The hospital's directory, when sign-in goes through it (console/signin.py)."""
 
     @classmethod
     def build(cls, settings: Settings) -> ConsoleState:
@@ -86,15 +93,21 @@ class ConsoleState:
         board, hub, trail = Board(), Hub(), TrailCache(link)
         accounts = AccountStore.in_dir(settings.data_dir)
         metrics = Metrics(time.monotonic)
+        names = certificate_names(settings.console_tls_cert) if tls_on(settings) else (
+            frozenset())
         return cls(settings, link, board, hub,
                    Live(link, board, hub, trail, metrics.on_summaries), trail, accounts,
-                   AuditPump(settings.tree_mdp_endpoints, accounts.path), OncePer(), metrics)
+                   AuditPump(settings.tree_mdp_endpoints, accounts.path), OncePer(), metrics,
+                   network_of(settings, names),
+                   Directory(config) if (config := DirectoryConfig.of(settings)) else None)
 
     def close_local(self) -> None:
         """Close what belongs to the event loop's thread (its SQLite connections); then
         ``link.close`` may run elsewhere (it waits for the calls under way)."""
         self.audit.close()
         self.accounts.close()
+        if self.directory is not None:
+            self.directory.close()
 
     def close(self) -> None:
         self.close_local()

@@ -40,6 +40,8 @@ class ReplayRow(BaseModel):
     session_id: str
     machine_id: str
     workflow_id: str
+    workflow_label: str
+    """What people read: the workflow's name, its id when it has none."""
     mode: str
     status: str
     status_label: str
@@ -47,6 +49,8 @@ class ReplayRow(BaseModel):
     total: int
     progress_label: str
     current_step: str | None = None
+    step_label: str | None = None
+    """What people read: the step's intention, its id when the workflow gives none."""
     current_step_state: str | None = None
     pause_reason: str | None = None
     pause_reason_label: str | None = None
@@ -133,13 +137,15 @@ def row(summary: ReplaySummary, last: LastEvent | None = None,
     active = summary.status in ACTIVE
     step = summary.current_action_id or (last_step if active else None)
     state = summary.current_action_state
+    intention = summary.current_intention if active else None
     return ReplayRow(
         replay_id=summary.replay_id, session_id=summary.session_id,
-        machine_id=summary.machine_id, workflow_id=summary.workflow_id, mode=summary.mode,
+        machine_id=summary.machine_id, workflow_id=summary.workflow_id,
+        workflow_label=summary.workflow_name or summary.workflow_id, mode=summary.mode,
         status=summary.status, status_label=labels.status(summary.status),
         completed_actions=summary.completed_actions, total=summary.total,
         progress_label=labels.steps(summary.completed_actions, summary.total),
-        current_step=step,
+        current_step=step, step_label=intention or step,
         current_step_state=labels.PROGRESS_STATE.get(state, state) if state else None,
         pause_reason=summary.pause_reason,
         pause_reason_label=labels.reason(summary.pause_reason) if summary.pause_reason else None,

@@ -94,6 +94,10 @@ class ReplaySummary(Message):
     # included) and that step's intention when the workflow gives one.
     pause_action_id: str | None = None
     pause_intention: str | None = None
+    # For people (the console's list): the workflow's name, and the intention of the step in
+    # flight or of the one the pause is about, when the workflow gives them.
+    workflow_name: str | None = None
+    current_intention: str | None = None
     safety_checks: list[SafetyCheck] = Field(default_factory=list)
     # The last pause's acknowledgement: {ids, operator, at} (docs/architecture.md).
     checks_acknowledged: dict[str, Any] | None = None
@@ -107,11 +111,11 @@ class ReplaySummary(Message):
     @model_serializer(mode="wrap")
     def _omit_no_pause_step(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Sent only when set: a peer older than these fields (models forbid extra keys) keeps
-        # reading every status of a newer dispatcher but those of a pause about a step, or
-        # of a run that read outputs.
+        # reading every status of a newer dispatcher but those that carry them.
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("pause_action_id", "pause_intention"):
+            for name in ("pause_action_id", "pause_intention", "workflow_name",
+                         "current_intention"):
                 if data.get(name) is None:
                     data.pop(name, None)
             if not data.get("outputs"):

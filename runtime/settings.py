@@ -73,6 +73,30 @@ class Settings(BaseSettings):
     console_login_window_s: float = Field(900.0, ge=1)
     console_login_max_failures: int = Field(5, ge=1)
     console_login_max_failures_per_address: int = Field(20, ge=1)
+    # TLS (console/tls.py): the certificate chain and its private key, PEM files; beyond
+    # loopback the console needs them, or console_behind_tls_proxy when a proxy of the
+    # hospital's ends TLS in front of it. console_server_names: the names (comma-separated)
+    # browsers reach it under, checked against every request's Host (console/access.py).
+    console_tls_cert: str = ""
+    console_tls_key: str = ""
+    console_behind_tls_proxy: bool = False
+    console_server_names: str = Field("", max_length=2000)
+    # Whom a person without an account asks (shown on the sign-in page).
+    console_help_contact: str = Field("", max_length=300)
+    # Sign-in with the hospital's directory (console/directory.py); "" = local accounts only.
+    console_ldap_url: str = Field("", pattern=r"^((ldap|ldaps)://.*)?$")
+    console_ldap_start_tls: bool = False
+    console_ldap_ca_file: str = ""
+    console_ldap_bind_dn: str = ""
+    console_ldap_bind_password_file: str = ""
+    console_ldap_user_base: str = ""
+    console_ldap_user_filter: str = "(uid={name})"
+    console_ldap_enabled_filter: str = "(objectClass=*)"
+    console_ldap_member_filter: str = "(|(member={dn})(uniqueMember={dn}))"
+    console_ldap_viewer_group: str = ""
+    console_ldap_operator_group: str = ""
+    console_ldap_admin_group: str = ""
+    console_ldap_timeout_s: float = Field(5.0, gt=0, le=60)
     # The dispatcher's state and the audit trail in PostgreSQL (actors/dispatcher/pg_store.py,
     # actors/audit_log/pg_store.py) instead of their SQLite files in data_dir; "" = SQLite,
     # the embedded default (docs/operations.md).

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.history_sources import note_process
+from tests.ldap_server import slapd_server  # noqa: F401 - the OpenLDAP server
 from tests.postgres import own_pg, pg_cluster, pg_url  # noqa: F401 - PostgreSQL servers
 from tests.xdisplay import xdisplay  # noqa: F401 - the X display fixture, for every test
 

@@ -276,6 +276,9 @@ class ReplayState:
             pause_reason=p.reason if p else None, pause_message=p.message if p else None,
             pause_action_id=p.action_id if p else None,
             pause_intention=step.intention if step else None,
+            workflow_name=self.workflow.name or None,
+            current_intention=(self.inflight.action.intention if self.inflight else None) or (
+                step.intention if step else None),
             safety_checks=list(p.safety_checks) if p else [], counters=dict(self.counters),
             checks_acknowledged=self.checks_acknowledged,
             created_at=self.created_at, updated_at=self.updated_at,

@@ -64,17 +64,22 @@
       el.dataset.replayId = row.replay_id;
       el.dataset.status = row.status;
       set("machine_id", row.machine_id);
-      set("workflow_id", row.workflow_id);
+      set("workflow_label", row.workflow_label);
       set("status_label", row.status_label);
       set("progress_label", row.progress_label);
-      set("current_step", row.current_step || "—");
+      set("step_label", row.step_label || "—");
+      const workflow = el.querySelector('[data-field="workflow_label"]');
+      if (workflow) workflow.title = row.workflow_id;
+      const step = el.querySelector('[data-field="step_label"]');
+      if (step) step.title = row.current_step || "";
       set("last_event", row.last_event ? row.last_event.text : "—");
       const bar = el.querySelector('[data-field="progress"]');
       if (bar) { bar.max = Math.max(1, row.total); bar.value = row.completed_actions; }
       const link = el.querySelector('[data-field="link"]');
       if (link) {
         link.href = `/replays/${encodeURIComponent(row.replay_id)}`;
-        link.textContent = row.status === "paused_need_help" ? "Répondre" : "Détails";
+        // Only a person who may answer is asked to (a viewer reads the details).
+        link.textContent = row.status === "paused_need_help" && Lea.mayAnswer() ? "Répondre" : "Détails";
       }
     },
 
@@ -130,12 +135,13 @@
     const rows = document.querySelectorAll("#replay-rows tr[data-replay-id]");
     const waiting = [...rows].filter((tr) => tr.dataset.status === "paused_need_help").length;
     $("#waiting").hidden = waiting === 0;
+    const whose = Lea.mayAnswer() ? "votre validation" : "la réponse d'un opérateur";
     $("#waiting-text").textContent = waiting === 1
-      ? "1 replay attend votre validation."
-      : `${waiting} replays attendent votre validation.`;
+      ? `1 replay attend ${whose}.`
+      : `${waiting} replays attendent ${whose}.`;
     $("#no-replays").hidden = rows.length > 0;
     // Seen from another tab too: the tab's title counts the replays waiting.
-    document.title = waiting ? `(${waiting}) Léa attend votre validation` : baseTitle;
+    document.title = waiting ? `(${waiting}) Léa attend ${whose}` : baseTitle;
   }
 
   const baseTitle = document.title;
@@ -149,6 +155,12 @@
       },
       replay(row) { upsertRow(row); refreshSummary(); },
     });
+  }
+
+  // Whom to ask, as the sign-in page says it (LEA_CONSOLE_HELP_CONTACT).
+  function contact() {
+    const who = $("#signin-help strong");
+    return who ? who.textContent : "l'administrateur de Léa";
   }
 
   function startSignin() {
@@ -165,7 +177,13 @@
           break;
         }
         case "account_disabled":
-          Lea.toast("Ce compte est désactivé. Adressez-vous à l'administrateur de Léa.");
+          Lea.toast(`Ce compte est désactivé. Adressez-vous à ${contact()}.`);
+          break;
+        case "no_role":
+          Lea.toast(`Votre compte n'a pas accès à Léa : il n'est dans aucun de ses groupes de l'annuaire. Adressez-vous à ${contact()}.`);
+          break;
+        case "directory_unavailable":
+          Lea.toast("L'annuaire de l'hôpital ne répond pas : réessayez dans un moment.");
           break;
         case "login_failed":
           Lea.toast("Identifiant ou mot de passe incorrect.");

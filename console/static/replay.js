@@ -29,13 +29,16 @@
 
   function updateContinue() {
     const missing = missingRequired();
-    const button = $("#continue");
-    const readOnly = !Lea.mayAnswer(); // a viewer: the server refuses anyway (role_forbidden)
-    button.disabled = readOnly || busy || missing.length > 0;
-    $("#cancel").disabled = readOnly || busy;
-    $("#redo").disabled = readOnly || busy || missing.length > 0;
-    $("#pause-now").disabled = readOnly || busy;
     const hint = $("#pause-hint");
+    if (!Lea.mayAnswer()) {
+      // A viewer has no buttons (the page has none to show them) and is asked nothing.
+      hint.textContent = "";
+      return;
+    }
+    $("#continue").disabled = busy || missing.length > 0;
+    $("#cancel").disabled = busy;
+    $("#redo").disabled = busy || missing.length > 0;
+    $("#pause-now").disabled = busy;
     if (!pause) return;
     if (missing.length === 1) {
       hint.textContent = "Cochez encore 1 vérification obligatoire pour pouvoir continuer.";
@@ -56,9 +59,13 @@
     checks.forEach((check, i) => {
       const li = $("#check-template").content.firstElementChild.cloneNode(true);
       const box = li.querySelector(".check-box");
-      box.value = check.id;
-      box.id = `check-${i}`;
-      box.addEventListener("change", updateContinue);
+      if (Lea.mayAnswer()) {
+        box.value = check.id;
+        box.id = `check-${i}`;
+        box.addEventListener("change", updateContinue);
+      } else {
+        box.remove(); // a viewer reads the checks; the operator ticks them
+      }
       li.dataset.checkId = check.id;
       li.querySelector(".check-label").textContent = check.label;
       li.querySelector(".badge.required").hidden = !check.required;
@@ -86,11 +93,12 @@
     }
     $("#pause-message").textContent = next.message;
     // A step whose input may have gone out is not redone unless the person says so.
-    $("#redo").hidden = !INPUT_REASONS.has(next.reason);
+    if (Lea.mayAnswer()) $("#redo").hidden = !INPUT_REASONS.has(next.reason);
     $("#pause-reason").textContent = next.reason_label;
     $("#pause-step").hidden = !next.action_id;
-    $("#pause-step-id").textContent = next.action_id || "";
-    $("#pause-step-intention").textContent = next.intention ? ` : ${next.intention}` : "";
+    // The intention is what people read; the id stays beside it, small, for support.
+    $("#pause-step-intention").textContent = next.intention || next.action_id || "";
+    $("#pause-step-id").textContent = next.intention ? next.action_id : "";
     const loop = $("#pause-loop");
     loop.hidden = !next.loop;
     if (next.loop) {
@@ -172,25 +180,31 @@
     await loadDetail();
   }
 
-  $("#continue").addEventListener("click", () => {
+  function on(selector, handler) {
+    const button = $(selector);
+    if (button) button.addEventListener("click", handler); // a viewer's page has none
+  }
+
+  on("#continue", () => {
     answer("resume", { acknowledged_check_ids: ticked() }, "C'est noté : Léa reprend le replay.");
   });
-  $("#redo").addEventListener("click", () => {
+  on("#redo", () => {
     if (!window.confirm("Léa va refaire cette étape. Continuez seulement si l'écran montre qu'elle n'a pas été faite.")) return;
     answer("resume", { acknowledged_check_ids: ticked(), step: "redo" },
       "C'est noté : Léa refait l'étape.");
   });
-  $("#cancel").addEventListener("click", () => {
+  on("#cancel", () => {
     if (!window.confirm("Arrêter définitivement ce replay ? Léa ne fera plus aucune de ses étapes sur le poste.")) return;
     answer("cancel", {}, "Le replay est arrêté.");
   });
 
-  $("#pause-now").addEventListener("click", () => {
+  on("#pause-now", () => {
     answer("pause", {}, "C'est noté : Léa se met en pause avant l'étape suivante.");
   });
 
   function showTools(status) {
-    $("#running-tools").hidden = status !== "running";
+    const tools = $("#running-tools");
+    if (tools) tools.hidden = status !== "running";
   }
 
   // The timeline ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ installs it) with a fresh profile per test.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import shutil
 import subprocess
@@ -24,13 +25,14 @@ from console.app import create_app
 from console.state import ConsoleState
 from runtime.settings import Settings
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
-from tests.integration.probes import cli
-from tests.integration.system import System
+from tests.integration.probes import cli, ready_agent
+from tests.integration.system import System, workflow
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page
 
 CHROMIUM = "/usr/bin/chromium"
+_profiles = itertools.count()
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -44,11 +46,13 @@ def console_system(spawn: Spawn, env: dict[str, str], tmp: Path,
     console answers."""
     port = free_port()
     system = System(spawn, env, tmp, {"LEA_CONSOLE_PORT": str(port), **extra_env})
-    url = f"http://127.0.0.1:{port}"
+    scheme = "https" if extra_env.get("LEA_CONSOLE_TLS_CERT") else "http"
+    url = f"{scheme}://127.0.0.1:{port}"
 
     def up() -> bool:  # it answers (a sign-in is needed: 401 is an answer)
-        try:
-            return httpx.get(f"{url}/api/health", timeout=2).status_code in (200, 401)
+        try:  # the tests' certificates are their own: not checked here
+            return httpx.get(f"{url}/api/health", timeout=2,
+                             verify=False).status_code in (200, 401)
         except httpx.HTTPError:
             return False
 
@@ -71,17 +75,19 @@ def app_in_process(tmp: Path) -> Iterator[FastAPI]:
 
 
 @contextlib.contextmanager
-def chromium(tmp: Path) -> Iterator[BrowserContext]:
-    """A Playwright browser context on Debian's chromium, with a fresh profile."""
+def chromium(tmp: Path, *extra_args: str, **options: Any) -> Iterator[BrowserContext]:
+    """A Playwright browser context on Debian's chromium, with a fresh profile (and
+    ``extra_args`` on its command line, ``options`` for the context)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs the chromium package")
     from playwright.sync_api import sync_playwright
 
-    profile = tmp / "chromium-profile"
+    profile = tmp / f"chromium-profile-{next(_profiles)}"
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            locale="fr-FR", viewport={"width": 1280, "height": 900})
+            str(profile), executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args],
+            headless=True, locale="fr-FR", viewport={"width": 1280, "height": 900},
+            **options)
         try:
             yield context
         finally:
@@ -116,7 +122,7 @@ def sign_in(page: Page, name: str, password: str = PASSWORD) -> None:
 @contextlib.contextmanager
 def signed_in(url: str, name: str, password: str = PASSWORD) -> Iterator[httpx.Client]:
     """An HTTP client with the session of ``name`` (POST /api/login)."""
-    with httpx.Client(base_url=url, timeout=10) as client:
+    with httpx.Client(base_url=url, timeout=10, verify=False) as client:
         reply = client.post("/api/login", json={"account": name, "password": password})
         assert reply.status_code == 200, reply.text
         yield client
@@ -137,3 +143,22 @@ def audit_records(system: System, replay_id: str, kind: str) -> list[dict[str, A
     assert shown.returncode == 0, shown.stderr
     records = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
     return [r for r in records if r["kind"] == kind]
+
+
+CHECK_LABEL = "Premier contrôle"
+CHECK_INTENTION = "Faire contrôler le dossier du patient"
+WORKFLOW_NAME = "Contrôle du dossier"
+
+
+def paused_at_a_check(system: System, machine_id: str, workflow_id: str) -> str:
+    """A replay (a simulated agent ``machine_id``, a workflow named :data:`WORKFLOW_NAME`)
+    paused at a step whose intention is :data:`CHECK_INTENTION`, with one required check
+    ``chk_a``; its id."""
+    ready_agent(system, machine_id)
+    checked = {"type": "pause_for_human", "intention": CHECK_INTENTION, "parameters": {
+        "message": "Contrôle", "safety_checks": [
+            {"id": "chk_a", "label": CHECK_LABEL, "required": True}]}}
+    wf = workflow(checked, workflow_id=workflow_id).model_copy(update={"name": WORKFLOW_NAME})
+    replay_id = system.start(wf, machine_id)
+    system.wait_status(replay_id, "paused_need_help", timeout=30)
+    return replay_id

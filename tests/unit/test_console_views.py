@@ -40,6 +40,9 @@ def record(seq: int, kind: str, data: dict[str, Any] | None = None,
 
 # Access -------------------------------------------------------------------------------------
 
+LOCAL = access.Network(open=False, names=frozenset())
+
+
 @pytest.mark.parametrize(("client", "host", "code"), [
     ("127.0.0.1", "127.0.0.1:8765", None),
     ("127.0.0.5", "localhost:8765", None),
@@ -49,16 +52,32 @@ def record(seq: int, kind: str, data: dict[str, Any] | None = None,
     ("127.0.0.1", "evil.example:8765", "host_not_allowed"),
     ("127.0.0.1", None, "host_not_allowed"),
 ])
-def test_without_a_token_only_loopback_by_a_loopback_name(client: str | None, host: str | None,
-                                                           code: str | None) -> None:
-    denied = access.network_denied("", client, host)
+def test_on_loopback_only_loopback_by_a_loopback_name(client: str | None, host: str | None,
+                                                       code: str | None) -> None:
+    denied = access.network_denied(LOCAL, client, host)
     assert (denied.code if denied else None) == code
 
 
-def test_with_a_token_any_address_may_come_then_a_person_or_the_token_is_needed() -> None:
+def test_beyond_loopback_any_address_may_come_by_one_of_the_consoles_names() -> None:
+    settings = Settings(console_host="0.0.0.0", console_token=TOKEN,
+                        console_server_names="Lea.Hospital.example, lea")
+    network = access.network_of(settings, frozenset({"lea-console.hospital.example",
+                                                     "192.0.2.1"}))
+    assert network.open
     for client in ("127.0.0.1", "192.0.2.7"):
-        for host in ("127.0.0.1:8765", "console.hospital.example"):
-            assert access.network_denied(TOKEN, client, host) is None
+        for host in ("127.0.0.1:8765", "lea.hospital.example", "LEA:8443",
+                     "lea-console.hospital.example.", "192.0.2.1:8765"):
+            assert access.network_denied(network, client, host) is None, host
+        # DNS rebinding: a page of another site whose name now leads here.
+        for host in ("evil.example", "hospital.example", "", None):
+            denied = access.network_denied(network, client, host)
+            assert denied is not None and denied.code == "host_not_allowed"
+    # The address it listens on is one of its names; "every address" is none.
+    assert "10.1.2.3" in access.server_names(Settings(console_host="10.1.2.3"), frozenset())
+    assert access.server_names(Settings(console_host="0.0.0.0"), frozenset()) == frozenset()
+
+
+def test_with_a_token_a_person_or_the_token_is_needed() -> None:
     assert access.token_matches(TOKEN, TOKEN)
     assert not access.token_matches(TOKEN, TOKEN[:-1])
     assert not access.token_matches(TOKEN, None)
@@ -70,12 +89,20 @@ def test_with_a_token_any_address_may_come_then_a_person_or_the_token_is_needed(
         assert (denied.status, denied.code) == (status, code)
 
 
+BEYOND = {"console_host": "0.0.0.0", "console_token": TOKEN}
+
+
 @pytest.mark.parametrize(("fields", "problem"), [
     ({}, None),
     ({"console_token": "short"}, "at least 16"),
     ({"console_token": f" {TOKEN}"}, "spaces"),
-    ({"console_host": "0.0.0.0"}, "beyond loopback"),
-    ({"console_host": "0.0.0.0", "console_token": TOKEN}, None),
+    ({"console_host": "0.0.0.0"}, "no access token"),
+    (BEYOND, "in clear"),
+    ({**BEYOND, "console_tls_cert": "c.pem", "console_tls_key": "k.pem"}, None),
+    ({**BEYOND, "console_behind_tls_proxy": True}, "LEA_CONSOLE_SERVER_NAMES"),
+    ({**BEYOND, "console_behind_tls_proxy": True, "console_server_names": "lea.example"}, None),
+    ({"console_behind_tls_proxy": True, "console_server_names": "lea.example",
+      "console_tls_cert": "c.pem", "console_tls_key": "k.pem"}, "choose one"),
     ({"console_host": "0.0.0.0", "console_port": 0}, None),
     ({"console_host": "localhost"}, None),
 ])

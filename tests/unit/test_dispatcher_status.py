@@ -75,3 +75,17 @@ def test_the_consoles_pause_dialog_names_the_step_before_the_trail_catches_up() 
     view = pause_view(h.status(rid), [])  # no replay_paused record yet
     assert view is not None and view.detail_pending
     assert (view.action_id, view.intention) == ("p1", "étape p1")
+
+
+def test_the_status_names_the_workflow_and_the_intention_of_the_step_for_people() -> None:
+    h = H()
+    named = wf("s1", act("p1", "pause_for_human")).model_copy(update={"name": "Note"})
+    rid, _ = h.start(named)
+    s = h.status(rid)
+    assert (s.workflow_name, s.current_action_id, s.current_intention) == (
+        "Note", "s1", "étape s1")
+    h.report(rid)
+    s = h.status(rid)
+    assert (s.status, s.current_intention) == ("paused_need_help", "étape p1")
+    rid, _ = h.start(wf("s1"))
+    assert "workflow_name" not in h.status(rid).model_dump(mode="json")

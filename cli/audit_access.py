@@ -42,12 +42,14 @@ def add_arguments(sub: Any) -> None:
 
 
 def record_view(client: SyncClient, what: str, timeout_s: float, *,
-                replay_id: str | None = None, since: float | None = None) -> None:
+                replay_id: str | None = None, since: float | None = None,
+                queue: str | None = None, reference: str | None = None) -> None:
     """Have this command's view recorded and wait for audit_log's acknowledgment
     (CallFailed otherwise: the caller then shows nothing). audit_log writes it under the OS
     user the people's door proved."""
     request = RecordView(record_id=f"{VIEW_SOURCE}:view:{uuid.uuid4().hex}", what=what,
-                         host=socket.gethostname(), replay_id=replay_id, since=since)
+                         host=socket.gethostname(), replay_id=replay_id, since=since,
+                         queue=queue, reference=reference)
     reply = client.call("audit_log", request, timeout_s=timeout_s).body
     if not isinstance(reply, RecordsAcked) or request.record_id not in reply.record_ids:
         raise CallFailed("not_recorded", "audit_log did not acknowledge the record of this "

@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
+from cli import audit_access
 from cli.replay_cmd import EXIT_ERROR
-from cli.whoami import os_user
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
 from messages.inputs import InputSpec
@@ -127,7 +127,6 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
                 pool=args.pool,
                 max_attempts=args.max_attempts,
                 operator=args.operator,
-                os_user=os_user(),
             ),
             timeout,
         )
@@ -146,11 +145,15 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
             timeout,
         )
         if cmd == "export":
+            # The items' inputs are patient data: the view is recorded before it is shown.
+            audit_access.record_view(client, "queue_export", timeout, queue=name)
             workflow = _workflow_of(client, name, timeout)
             sys.stdout.buffer.write(queue_files.export(reply.items, workflow))
             return 0
         return _emit(reply, args.json, _show_text(reply))
     if cmd == "item":
+        audit_access.record_view(client, "queue_item", timeout, queue=name,
+                                 reference=args.reference)
         reply = _call(client, GetItem(queue=name, reference=args.reference), timeout)
         return _emit(reply, args.json, _item_text(reply.items[0]))
     reply = _call(
@@ -160,7 +163,6 @@ def _run(client: SyncClient, args: argparse.Namespace) -> int:
             reference=args.reference,
             command=cmd,
             operator=args.operator,
-            os_user=os_user(),
         ),
         timeout,
     )
@@ -197,7 +199,7 @@ def _add(client: SyncClient, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     added = _call(
         client,
-        AddItems(queue=args.name, items=parsed.items, operator=args.operator, os_user=os_user()),
+        AddItems(queue=args.name, items=parsed.items, operator=args.operator),
         args.timeout,
     )
     return _emit(added, args.json, f"{len(parsed.items)} item(s) added to {args.name}")

@@ -73,6 +73,9 @@ class RecordView(Message, type_name="audit.record_view"):
     host: str | None = Field(None, max_length=255)
     replay_id: str | None = Field(None, max_length=200)
     since: float | None = None
+    queue: str | None = Field(None, max_length=200)
+    reference: str | None = Field(None, max_length=200)
+    """A work item's (``queue item``), or None for a whole queue (``queue export``)."""
     os_user: str | None = Field(None, max_length=128)
     """Filled by audit_log from the people's door (actors/callers.py), never trusted."""
 

@@ -153,8 +153,8 @@ class AuditLogActor(Actor):
         data: dict[str, Any] = {"os_user": msg.os_user, "host": msg.host, "what": msg.what}
         if msg.replay_id is not None:
             data["replay_id"] = msg.replay_id
-        if msg.since is not None:
-            data["since"] = msg.since
+        data.update({k: v for k, v in (("since", msg.since), ("queue", msg.queue),
+                                       ("reference", msg.reference)) if v is not None})
         record = AuditRecordIn(record_id=msg.record_id, source=VIEW_SOURCE, kind=DATA_VIEWED,
                                replay_id=None, at=time.time(), data=data)
         return self.on_append(AppendRecords(records=[record]), req)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,11 @@ from agent.grounding.ink import split_at_underlines, stretched, unread
 from agent.grounding.near import under_heading
 from agent.grounding.text import Candidate, Word, phrases
 from messages.workflow import TargetSpec
+from tests.unit.test_grounding_web import inside as _inside
+from tests.unit.test_grounding_web import screen as _screen
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "grounding_web"
 SCALES = (1.0, 0.95, 1.05, 0.9, 1.1, 0.8, 1.25)
-
-
-def _screen(name: str) -> dict[str, Any]:
-    (found,) = [s for s in json.loads((DATA / "labels.json").read_text())["screens"]
-                if s["image"] == name]
-    return dict(found)
-
-
-def _inside(box: list[int], x: int | None, y: int | None) -> bool:
-    return x is not None and y is not None and box[0] <= x < box[0] + box[2] \
-        and box[1] <= y < box[1] + box[3]
 
 
 def test_ink_no_word_covers_is_found_and_rules_are_not() -> None:

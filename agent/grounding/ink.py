@@ -113,12 +113,39 @@ def unread(image: Image.Image, covered: Sequence[Box],
                 if right - left >= max(8, height // 2) and count >= MIN_INK and not skip(box):
                     found.append((count, box))
     size = image.size
+    grey = np.asarray(image.convert("L"), dtype=np.int16)
     out = []
     for _, (left, top, w, h) in sorted(found, key=lambda f: -f[0])[:cap]:
         x0, y0 = max(0, left - PAD), max(0, top - PAD)
-        out.append((x0, y0, min(size[0], left + w + PAD) - x0,
-                    min(size[1], top + h + PAD) - y0))
+        box = (x0, y0, min(size[0], left + w + PAD) - x0, min(size[1], top + h + PAD) - y0)
+        out.append(box)
+        out.extend(_fills(grey, box))
     return sorted(out, key=lambda b: (b[1], b[0]))
+
+
+def _fills(grey: npt.NDArray[np.int16], box: Box) -> list[Box]:
+    """The dark filled parts of a place that is otherwise light (a white-on-blue button
+    beside the page's other text): read apart, each is wholly light on dark, and
+    :func:`stretched` inverts it (the place as a whole, mostly light, is not)."""
+    left, top, w, h = box
+    part = grey[top:top + h, left:left + w]
+    if part.size == 0:
+        return []
+    middle = (int(part.min()) + int(part.max())) / 2
+    dark = np.median(part, axis=0) < middle
+    if dark.all():
+        return []
+    out = []
+    # Joined across a few columns: where light letters crowd a column, its middle value
+    # is light.
+    for a, b in _spans(dark, h // 3):
+        if b - a < h:  # narrower than high: a letter's stroke, not a fill
+            continue
+        rows = _spans(np.median(part[:, a:b], axis=1) < middle, 2)
+        r0, r1 = max(rows, key=lambda r: r[1] - r[0])
+        if r1 - r0 >= LINE_HEIGHT[0] * 2:
+            out.append((left + a, top + r0, b - a, r1 - r0))
+    return out
 
 
 def stretched(part: Image.Image) -> Image.Image:

@@ -38,6 +38,17 @@ def test_ink_no_word_covers_is_found_and_rules_are_not() -> None:
     assert left <= 40 and top <= 40 and left + w >= 80 and top + h >= 48, places
 
 
+def test_a_filled_button_beside_other_text_is_read_apart(read: Any) -> None:
+    """White on blue beside black on white: read as one place, the button's text is lost
+    (the place is mostly light, not inverted); its fill is a place of its own."""
+    name = "tuning-patients-alone-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == "Rechercher"]
+    found = resolve_point(TargetSpec(by_text="Rechercher"),
+                          Image.open(DATA / name).convert("RGB"), (0, 0),
+                          (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
 def test_a_place_dimmed_is_not_read() -> None:
     shot = Image.new("RGB", (300, 100), "white")
     ImageDraw.Draw(shot).text((40, 40), "Annuaire", fill="black")

@@ -29,6 +29,7 @@ from agent.anchor import (
 from agent.grounding.bands import coloured_bands, strips
 from agent.grounding.dimmed import Dimmed
 from agent.grounding.ink import INK_SCALE, split_at_underlines, stretched, unread
+from agent.grounding.items import item_by_place
 from agent.grounding.near import by_row, on_row
 from agent.grounding.second_look import (
     FLAT_MIDDLE,
@@ -52,7 +53,6 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
-    item_by_place,
     read_closer,
     seen,
     with_closer_reading,

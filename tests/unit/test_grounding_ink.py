@@ -134,3 +134,12 @@ def test_an_anchor_among_many_rows_alike_never_clicks_another_row(read: Any) -> 
         found = resolve_point(spec, shot, (0, 0), (0, 0, 1920, 1080), SCALES, 0.85,
                               TextSettings(read))
         assert not found.found or _inside(c["box"], found.x, found.y), (c, found)
+
+
+def test_a_label_wrapped_on_three_lines_is_found(read: Any) -> None:
+    name = "tuning-form-alone-100-moved.png"
+    label = "Valider et envoyer au secrétariat"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
+    found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
+                          (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found

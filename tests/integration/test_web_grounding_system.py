@@ -16,6 +16,7 @@ import http.server
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ class Site:
 
     def __init__(self) -> None:
         self.clicks: list[str] = []
+        self.pages: list[str] = []
         site = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -108,6 +110,7 @@ class Site:
                         self.send_error(404)
                         return
                     body = page.encode()
+                    site.pages.append(url.path)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
@@ -178,9 +181,11 @@ def web(xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str],
         browsers.append(Browser(display, tmp_path, site.url + path))
         assert wait_until(lambda: _shown(display), timeout=60), \
             "the Chromium window did not show the page"
-        # The window is mapped before its page is painted: wait for the page's own
-        # pixels (its controls' text) through a screenshot of the display.
-        assert wait_until(lambda: _painted(display), timeout=60), "the page was not painted"
+        # The window is mapped before its page is painted: the page asked for, then the
+        # display's pixels settled.
+        assert wait_until(lambda: path in site.pages, timeout=60), "the page was not asked for"
+        time.sleep(1.0)
+        assert wait_until(lambda: _settled(display), timeout=60), "the display never settled"
 
     try:
         yield system, site, open_page, display
@@ -190,15 +195,19 @@ def web(xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str],
         site.close()
 
 
-def _painted(display: str) -> bool:
-    """Whether the display shows the page's section (a white block on the page's grey)."""
+def _grab(display: str) -> bytes:
     import mss
-    from PIL import Image
 
     with mss.MSS(display=display) as sct:
-        raw = sct.grab({"left": 0, "top": 0, "width": 1600, "height": 1000})
-    image = Image.frombytes("RGB", raw.size, raw.bgra, "raw", "BGRX")
-    return (0xF4, 0xF6, 0xF8) in {colour for _, colour in image.getcolors(1 << 20) or []}
+        return bytes(sct.grab({"left": 0, "top": 0, "width": 1920, "height": 1080}).bgra)
+
+
+def _settled(display: str) -> bool:
+    """Whether the display shows the same pixels twice, half a second apart (the page
+    painted, nothing moving)."""
+    before = _grab(display)
+    time.sleep(0.5)
+    return _grab(display) == before
 
 
 def _keep_screen(display: str, name: str) -> None:

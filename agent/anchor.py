@@ -57,6 +57,9 @@ FLAT_STD = 2.0
 MAX_ANCHOR_PIXELS = 4_000_000
 UNIQUE_MARGIN = 0.1
 """A second place scoring within this of the best makes the match ambiguous."""
+MAX_PEAKS = 24
+"""At most this many coarse peaks refined per scale: the first ``PEAKS_PER_SCALE``, and
+those after them scoring within ``UNIQUE_MARGIN`` of the best (a table's rows)."""
 
 
 class AnchorError(ValueError):
@@ -304,7 +307,13 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
                 or float(t.std()) < FLAT_STD / 2:
             continue
         scaled = _Scaled(anchor_l, s)
-        for _score, r, c in _peaks(coarse.ncc_all(t), PEAKS_PER_SCALE, max(1, min(tw, th) // 2)):
+        peaks = _peaks(coarse.ncc_all(t), MAX_PEAKS, max(1, min(tw, th) // 2))
+        # Past the first few, every peak about as good as the best is refined too: among
+        # many rows alike the true one may be none of the first at coarse resolution, and
+        # a twin left unrefined would make the match look unique at the wrong row.
+        peaks = [p for i, p in enumerate(peaks)
+                 if i < PEAKS_PER_SCALE or p[0] >= peaks[0][0] - UNIQUE_MARGIN]
+        for _score, r, c in peaks:
             fine = _refine(full, scaled, (r - shift) * factor, (c - shift) * factor,
                            factor + 2)
             if fine is not None:
@@ -353,3 +362,17 @@ def _refine(full: U8, t: _Scaled, row: int, col: int, margin: int) -> _Fine | No
     scores = ncc_window(full, t, top, left, rows, cols)
     dr, dc = divmod(int(np.argmax(scores)), scores.shape[1])
     return _Fine(float(scores[dr, dc]), t.scale, top + dr, left + dc, w, h)
+
+
+NEAR_SEARCH = 3
+"""Pixels around an expected place that :func:`score_near` searches."""
+
+
+def score_near(screen: Image.Image, anchor: Image.Image, scale: float, left: int,
+               top: int) -> float:
+    """The anchor's best score at ``scale`` within ``NEAR_SEARCH`` pixels of ``(left,
+    top)`` (its top-left corner): how well it matches one given place, to compare that
+    place with the one it matched (a twin of the row it was cut on)."""
+    t = _Scaled(anchor.convert("L"), scale)
+    fine = _refine(np.asarray(screen.convert("L")), t, top, left, NEAR_SEARCH)
+    return -1.0 if fine is None else fine.score

@@ -18,9 +18,18 @@ from dataclasses import dataclass, replace
 
 from PIL import Image, ImageOps, ImageStat
 
-from agent.anchor import AnchorError, Match, decode_anchor, find_anchor
+from agent.anchor import (
+    UNIQUE_MARGIN,
+    AnchorError,
+    Match,
+    decode_anchor,
+    find_anchor,
+    score_near,
+)
 from agent.grounding.bands import coloured_bands, strips
 from agent.grounding.dimmed import Dimmed
+from agent.grounding.ink import INK_SCALE, split_at_underlines, stretched, unread
+from agent.grounding.items import item_by_place
 from agent.grounding.near import by_row, on_row
 from agent.grounding.second_look import (
     FLAT_MIDDLE,
@@ -44,7 +53,6 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
-    item_by_place,
     read_closer,
     seen,
     with_closer_reading,
@@ -143,6 +151,15 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
                     hidden += dim.behind(band_words)
                 found = candidates(words, label)
                 decision = decide(found, label, text.min_score, text.margin, recorded)
+            if decision.error == "target_not_found" or _imperfect(decision):
+                # Light grey links are not read at all on the whole monitor: the ink no
+                # word read covers is read apart, its contrast stretched; two links one
+                # space apart are cut at their underlines (docs/grounding.md, "Unread
+                # ink").
+                words, more_hidden = _read_unread(text, image, words, hidden, dim, label)
+                hidden += more_hidden
+                found = candidates(words, label)
+                decision = decide(found, label, text.min_score, text.margin, recorded)
         except Exception as exc:
             return _ocr_failed(exc, ms())
     if spec.near_text:
@@ -179,6 +196,12 @@ def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int,
         if anchor_box is not None:
             decision = decide(found, label, text.min_score, text.margin, recorded,
                               anchor_box)
+            if decision.tie_broken_by == "anchor":
+                # Among rows alike, the anchor's search may not have weighed every twin:
+                # it is compared at each place read alike, and chooses only if it
+                # matches there clearly best (docs/grounding.md, rule 5).
+                decision = _anchor_beats_twins(decision, spec.anchor_image_base64, image,
+                                               anchor_box, text.margin)
             if decision.anchor_elsewhere:
                 # A misread twin, or a look-alike with other text on it (another button,
                 # a caption at another scale): what is written there says which
@@ -257,16 +280,31 @@ def _ocr_failed(exc: Exception, elapsed_ms: float) -> Resolved:
                     f"the OCR failed: {type(exc).__name__}: {exc}"[:300])
 
 
+def _read_unread(text: TextSettings, image: Image.Image, words: list[Word],
+                 hidden: list[Word], dim: Dimmed, label: str) -> tuple[list[Word], list[Word]]:
+    """``words`` with the places of unread ink read apart (contrast stretched), then cut
+    at links' underlines; and the words read there behind a dialog."""
+    places = unread(image, [w.box for w in (*words, *hidden)], dim.covers)
+    parts = [(place, INK_SCALE) for place in places]
+    behind: list[Word] = []
+    for (place, _), place_words in zip(parts, _closer_words(text, image, parts, label,
+                                                            stretch=True), strict=True):
+        words = with_closer_reading(words, place, dim.front(place_words))
+        behind += dim.behind(place_words)
+    return split_at_underlines(image, words), behind
+
+
 def _closer_words(text: TextSettings, image: Image.Image, parts: Sequence[tuple[Rect, float]],
-                  label: str) -> list[list[Word]]:
+                  label: str, stretch: bool = False) -> list[list[Word]]:
     """Each part read again at its scale, and inverted if that did not find ``label``: the
     reading where the label scores best (light on dark text reads better inverted). All
-    read at once, then the inverted ones at once."""
-    plain = _read_parts(text, image, parts)
+    read at once, then the inverted ones at once. ``stretch``: each part's contrast
+    stretched first (agent/grounding/ink.py)."""
+    plain = _read_parts(text, image, parts, stretch=stretch)
     best = [max((c.score for c in candidates(words, label)), default=0.0) for words in plain]
     again = [i for i, score in enumerate(best) if score < 1.0]
     inverted = dict(zip(again, _read_parts(text, image, [parts[i] for i in again],
-                                           invert=True), strict=True))
+                                           invert=True, stretch=stretch), strict=True))
     out = []
     for i, words in enumerate(plain):
         other = inverted.get(i)
@@ -278,22 +316,25 @@ def _closer_words(text: TextSettings, image: Image.Image, parts: Sequence[tuple[
 
 
 def _read_parts(text: TextSettings, image: Image.Image, parts: Sequence[tuple[Rect, float]],
-                invert: bool = False) -> list[list[Word]]:
-    """The words of each part (a box and a scale; inverted if ``invert``), at once if the
-    reader can."""
+                invert: bool = False, stretch: bool = False) -> list[list[Word]]:
+    """The words of each part (a box and a scale; inverted if ``invert``; its contrast
+    stretched if ``stretch``), at once if the reader can."""
     if not parts:
         return []
     assert text.read is not None
-    images = [_part(image, box, scale, invert) for box, scale in parts]
+    images = [_part(image, box, scale, invert, stretch) for box, scale in parts]
     readings = (text.read_many(images) if text.read_many is not None and len(images) > 1
                 else [text.read(one) for one in images])
     return [_in_image(words, box, scale) for words, (box, scale) in zip(readings, parts,
                                                                         strict=True)]
 
 
-def _part(image: Image.Image, box: Rect, scale: float, invert: bool = False) -> Image.Image:
+def _part(image: Image.Image, box: Rect, scale: float, invert: bool = False,
+          stretch: bool = False) -> Image.Image:
     left, top, w, h = box
     part = image.crop((left, top, left + w, top + h))
+    if stretch:
+        part = stretched(part)
     if invert:
         part = ImageOps.invert(part.convert("RGB"))
     if scale != 1.0:
@@ -326,6 +367,29 @@ def _anchor_match(anchor_image_base64: str, image: Image.Image, scales: Sequence
                      f"{match.top},{match.w}x{match.h}): not clickable")
         return None
     return box if match.found else None
+
+
+def _anchor_beats_twins(decision: Decision, anchor_image_base64: str, image: Image.Image,
+                        anchor: Box, margin: float) -> Decision:
+    """``decision`` (the anchor chose) if the anchor matches at the chosen place better,
+    by ``UNIQUE_MARGIN``, than at every other place read alike (the anchor set where it
+    would stand over each, as it stands over the chosen one); else ``ambiguous_target``."""
+    chosen = decision.chosen
+    assert chosen is not None
+    image_anchor = decode_anchor(anchor_image_base64)
+    scale = anchor[2] / max(1, image_anchor.width)
+    dx, dy = anchor[0] - chosen.box[0], anchor[1] - chosen.box[1]
+    best = score_near(image, image_anchor, scale, anchor[0], anchor[1])
+    twins = [c for c in decision.candidates
+             if c is not chosen and c.score >= chosen.score - margin]
+    for twin in twins:
+        other = score_near(image, image_anchor, scale, twin.box[0] + dx, twin.box[1] + dy)
+        if other >= best - UNIQUE_MARGIN:
+            return Decision(None, decision.candidates, error="ambiguous_target",
+                            detail=f"the anchor image matches {best:.2f} at "
+                                   f"{chosen.describe()} and {other:.2f} at "
+                                   f"{twin.describe()}, read alike: not one place")
+    return decision
 
 
 def ambiguous_anchor(match: Match) -> str:

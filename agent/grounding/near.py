@@ -4,7 +4,10 @@ A table has a "Détail" on every row; a person says which: the "Détail" on the 
 reads "Hémoglobine". ``target_spec.near_text`` names that text; the control chosen is
 the one place read like the label whose row (a band as high as the taller of the two,
 across the screen) holds a place read like ``near_text``, and it must be the only one
-(docs/grounding.md, "Which row"). Pure: candidates and words in, a decision out.
+(docs/grounding.md, "Which row"). When no copy stands on that row, the text may head a
+block (a card's title, a message's author line) with its control under it: the nearest
+copy below, in its column, if it is nearer than the blocks' pitch allows for a copy of
+the next block (:func:`under_heading`). Pure: candidates and words in, a decision out.
 """
 
 from __future__ import annotations
@@ -16,6 +19,34 @@ from agent.grounding.text import Candidate, Decision, Word, runs, seen
 ROW_BAND = 0.5
 """Two places are on one row when their middles are within this share of the taller's
 height (a button's text and its row's cells share a middle line)."""
+
+
+BLOCK_SHARE = 0.8
+"""A control is under a heading when it is the nearest copy below it and closer to it than
+this share of the distance to the nearest other copy (the blocks' pitch): were the own
+block's copy misread, the next block's would be a pitch or more away, and not taken."""
+COLUMN_SLACK = 3.0
+"""A control under a heading starts within this many text heights of its left edge."""
+LONE_BLOCK = 6.0
+"""With no other copy to give the pitch, the control is at most this many of its text
+heights under the heading."""
+
+
+def under_heading(mark: Candidate, close: Sequence[Candidate]) -> Candidate | None:
+    """The copy of the label in the block ``mark`` heads, or None (BLOCK_SHARE)."""
+    h = max(c.box[3] for c in close)
+    column = [c for c in close if abs(c.box[0] - mark.box[0]) <= COLUMN_SLACK * h]
+    below = sorted((c for c in column if c.box[1] > mark.box[1] + mark.box[3]),
+                   key=lambda c: c.box[1])
+    if not below:
+        return None
+    c = below[0]
+    reach = c.centre[1] - mark.centre[1]
+    others = [abs(o.centre[1] - c.centre[1]) for o in column if o is not c]
+    pitch = min(others, default=0.0)
+    if pitch <= 0:
+        return c if reach <= LONE_BLOCK * h else None
+    return c if reach < BLOCK_SHARE * pitch else None
 
 
 def on_row(a: Candidate, b: Candidate) -> bool:
@@ -42,6 +73,10 @@ def by_row(found: Sequence[Candidate], words: Sequence[Word], label: str, near: 
     # Every place read like the label, down to the margin, may be the one on that row.
     close = [c for c in ranked if c.score >= contenders[0].score - margin]
     pairs = [(c, m) for c in close for m in marks if on_row(c, m)]
+    if not pairs:
+        # No copy on the row itself: the row's text may head a block (a card's title, a
+        # message's author) with the control under it (module docstring).
+        pairs = [(c, m) for m in marks if (c := under_heading(m, close)) is not None]
     chosen = list(dict.fromkeys(c for c, _ in pairs))
     if not chosen:
         return Decision(None, ranked, error="target_not_found",

@@ -52,6 +52,10 @@ widened a space to 1.1 text heights."""
 ITEM_GAP = 0.85
 """Items of a row (a menu bar's titles) are at least this many text heights apart on the
 set (0.89-1.2 for GTK's), a space inside a label at most 0.78 (:func:`item_by_place`)."""
+WRAPPED_LABEL = 3
+"""A label of this many words or more is also matched on lines stacked (:func:`stacks`)."""
+WRAP_GAP = 0.8
+"""Two lines of one wrapped label are at most this many text heights apart."""
 LONG_LABEL = 4
 SENTENCE_GAP = 4.0
 """A label of ``LONG_LABEL`` words or more is also matched across gaps of up to this many
@@ -194,16 +198,44 @@ def candidates(words: Sequence[Word], label: str) -> list[Candidate]:
     read like a whole sentence; the two readings of one place are one candidate (the
     better)."""
     n_label = max(1, len(normalise(label).split()))
-    found = _candidates(phrases(words), label, n_label)
+    found = group_candidates(phrases(words), label, n_label)
+    if n_label >= WRAPPED_LABEL:
+        # A long label wrapped on a narrow button: its lines stacked (docs/grounding.md,
+        # rule 3); the whole stack must read as the label.
+        found = _kept([*found, *group_candidates(stacks(words), label, n_label)])
     if n_label >= LONG_LABEL:
-        wide = _candidates(rows(words), label, n_label)
-        kept: list[Candidate] = []
-        for c in sorted([*found, *wide], key=lambda c: -c.score):
-            if not any(contains(k.box, c.centre, 0) or contains(c.box, k.centre, 0)
-                       for k in kept):
-                kept.append(c)
-        found = kept
+        found = _kept([*found, *group_candidates(rows(words), label, n_label)])
     return found
+
+
+def _kept(found: Sequence[Candidate]) -> list[Candidate]:
+    """The best candidate of each place (two readings of one place are one candidate)."""
+    kept: list[Candidate] = []
+    for c in sorted(found, key=lambda c: -c.score):
+        if not any(contains(k.box, c.centre, 0) or contains(c.box, k.centre, 0) for k in kept):
+            kept.append(c)
+    return kept
+
+
+def stacks(words: Sequence[Word]) -> list[list[Word]]:
+    """Phrases stacked line under line (a label wrapped on a narrow button): the next
+    line starts within ``WRAP_GAP`` text heights under the last, and their spans across
+    overlap by half the narrower; the words in reading order. Only stacks of two lines
+    or more."""
+    groups: list[list[list[Word]]] = []
+    for phrase in sorted(phrases(words), key=lambda p: union(p)[1]):
+        left, top, w, h = union(phrase)
+        for group in groups:
+            last = union(group[-1])
+            gap = top - (last[1] + last[3])
+            shared = min(left + w, last[0] + last[2]) - max(left, last[0])
+            if -h / 2 <= gap <= WRAP_GAP * max(h, last[3]) \
+                    and shared >= 0.5 * min(w, last[2]):
+                group.append(phrase)
+                break
+        else:
+            groups.append([phrase])
+    return [[w for phrase in group for w in phrase] for group in groups if len(group) > 1]
 
 
 def _spans(group: Sequence[Word], target: str,
@@ -238,7 +270,7 @@ def runs(words: Sequence[Word], label: str, floor: float) -> list[Candidate]:
             if (score := _similarity(target, span)) >= floor]
 
 
-def _candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Candidate]:
+def group_candidates(grouped: list[list[Word]], label: str, n_label: int) -> list[Candidate]:
     """One candidate per group of words (its best span)."""
     target = _compact(label)
     if not target:
@@ -362,47 +394,3 @@ def with_closer_reading(words: Sequence[Word], crop: Box, again: Sequence[Word])
     kept = [w for w in words
             if not contains(crop, (w.box[0] + w.box[2] / 2, w.box[1] + w.box[3] / 2), 0)]
     return kept + [Word(w.text, w.conf, w.box, line0 + w.line) for w in again]
-
-
-def item_by_place(words: Sequence[Word], label: str, min_score: float, margin: float,
-                  recorded: tuple[float, float] | None, anchor: Box | None,
-                  also: Sequence[Word] = ()) -> Decision:
-    """The label as one item of a row of items set about a text height apart (a menu
-    bar: closer than ``PHRASE_GAP``, so one phrase), taken only where the recording
-    points at it: under the anchor's match, or else within ``NEAR`` text heights of the
-    recorded position. Terminal text sets its words as far apart, so such a cut alone
-    would make a word of a sentence a control: without the place it is never acted on,
-    and a second place where the label reads as a run of words, in any phrase, is a
-    rival (docs/grounding.md, "Items of a menu bar"). ``also``: another reading of the
-    same monitor, whose runs of words are rivals too."""
-    loose = [c for c in _candidates(phrases(words, ITEM_GAP), label,
-                                    max(1, len(normalise(label).split())))
-             if c.score >= min_score]
-    if not loose or (recorded is None and anchor is None):
-        return Decision(None, tuple(loose), error="target_not_found",
-                        detail=f"no text like {label!r} (score >= {min_score}); "
-                               + seen(loose))
-    best = max(loose, key=lambda c: c.score)
-    # A run that takes in the chosen words ("ici Édition" for a misread "Fichier
-    # Édition") is the same place, not a second one.
-    elsewhere = [c for reading in (words, also)
-                 for c in runs(reading, label, min_score - margin)
-                 if not overlap(best.box, c.box)]
-    if elsewhere:
-        return Decision(None, (best, *elsewhere), error="ambiguous_target",
-                        detail=f"{label!r} reads as an item at {best.describe()}, and also "
-                               "as words elsewhere: " + seen(elsewhere))
-    if anchor is not None:
-        centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
-        at = contains(best.box, centre, max(anchor[2], anchor[3]) / 4)
-        how = "anchor"
-    else:
-        assert recorded is not None
-        at = math.dist(best.centre, recorded) <= NEAR * best.box[3]
-        how = "position"
-    if not at:
-        return Decision(None, (best,), error="target_not_found",
-                        detail=f"{label!r} reads as an item of a row at {best.describe()}, "
-                               f"but the recorded {how} is not there")
-    return Decision(best, (best,), tie_broken_by=how)
-

@@ -8,7 +8,8 @@ from PIL import Image
 
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
-from agent.grounding.text import Word, item_by_place
+from agent.grounding.items import item_by_place
+from agent.grounding.text import Word
 from messages.workflow import TargetSpec
 
 SIZE = (1920, 1080)

@@ -14,13 +14,13 @@ from PIL import Image
 from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_target import resolution_order, resolve_point
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.items import item_by_place
 from agent.grounding.second_look import look_again_boxes, near_misses, twin_seen_again
 from agent.grounding.text import (
     Candidate,
     Word,
     candidates,
     decide,
-    item_by_place,
     normalise,
     phrases,
     read_closer,

@@ -1,0 +1,145 @@
+"""Unread ink, links cut at their underlines, a control under its block's heading
+(agent/grounding/ink.py, agent/grounding/near.py; docs/grounding.md, "Unread ink" and
+"Which row"), on synthetic images and on recorded Chromium screens."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image, ImageDraw
+
+from agent.executors.desktop_target import resolve_point
+from agent.executors.desktop_text import TextSettings
+from agent.grounding.ink import split_at_underlines, stretched, unread
+from agent.grounding.near import under_heading
+from agent.grounding.text import Candidate, Word, phrases
+from messages.workflow import TargetSpec
+from tests.unit.test_grounding_web import inside as _inside
+from tests.unit.test_grounding_web import screen as _screen
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "grounding_web"
+SCALES = (1.0, 0.95, 1.05, 0.9, 1.1, 0.8, 1.25)
+
+
+def test_ink_no_word_covers_is_found_and_rules_are_not() -> None:
+    shot = Image.new("RGB", (600, 200), "white")
+    draw = ImageDraw.Draw(shot)
+    draw.text((40, 40), "Annuaire", fill="#9aa3ad")  # light grey, unread
+    draw.text((40, 100), "Patients", fill="black")  # read
+    draw.line((0, 160, 599, 160), fill="black")  # a rule: not text
+    read = [Word("Patients", 0.95, (40, 100, 50, 11), 0)]
+    places = unread(shot, [w.box for w in read])
+    assert len(places) == 1, places
+    left, top, w, h = places[0]
+    assert left <= 40 and top <= 40 and left + w >= 80 and top + h >= 48, places
+
+
+def test_a_filled_button_beside_other_text_is_read_apart(read: Any) -> None:
+    """White on blue beside black on white: read as one place, the button's text is lost
+    (the place is mostly light, not inverted); its fill is a place of its own."""
+    name = "tuning-patients-alone-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == "Rechercher"]
+    found = resolve_point(TargetSpec(by_text="Rechercher"),
+                          Image.open(DATA / name).convert("RGB"), (0, 0),
+                          (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_a_place_dimmed_is_not_read() -> None:
+    shot = Image.new("RGB", (300, 100), "white")
+    ImageDraw.Draw(shot).text((40, 40), "Annuaire", fill="black")
+    assert unread(shot, [], skip=lambda box: True) == []
+
+
+def test_light_text_comes_out_dark_on_light() -> None:
+    grey = Image.new("RGB", (60, 20), "#f4f6f8")
+    ImageDraw.Draw(grey).rectangle((10, 5, 40, 12), fill="#9aa3ad")
+    out = stretched(grey)
+    assert out.getpixel((20, 8)) == 0 and out.getpixel((2, 2)) == 255
+    blue = Image.new("RGB", (60, 20), "#1565c0")
+    ImageDraw.Draw(blue).rectangle((10, 5, 40, 12), fill="white")
+    out = stretched(blue)
+    assert out.getpixel((20, 8)) == 0 and out.getpixel((2, 2)) == 255
+
+
+def _links(gap_underlined: bool) -> tuple[Image.Image, list[Word]]:
+    shot = Image.new("RGB", (300, 60), "white")
+    draw = ImageDraw.Draw(shot)
+    draw.text((20, 20), "Repondre", fill="black")
+    draw.text((90, 20), "Archiver", fill="black")
+    if gap_underlined:
+        draw.line((20, 34, 140, 34), fill="black")
+    else:
+        draw.line((20, 34, 80, 34), fill="black")
+        draw.line((90, 34, 140, 34), fill="black")
+    return shot, [Word("Repondre", 0.9, (20, 22, 60, 10), 0),
+                  Word("Archiver", 0.9, (90, 22, 50, 10), 0)]
+
+
+def test_two_links_are_cut_at_the_gap_between_their_underlines() -> None:
+    shot, words = _links(gap_underlined=False)
+    assert len(phrases(split_at_underlines(shot, words))) == 2
+    shot, words = _links(gap_underlined=True)  # one link of two words
+    assert len(phrases(split_at_underlines(shot, words))) == 1
+
+
+def _c(top: int, left: int = 100) -> Candidate:
+    return Candidate("Modifier", 1.0, 0.9, (left, top, 60, 14))
+
+
+def test_under_a_heading_the_nearest_copy_if_nearer_than_the_pitch() -> None:
+    copies = [_c(160), _c(270), _c(380)]
+    heading = Candidate("Amoxicilline", 1.0, 0.9, (100, 100, 120, 16))
+    assert under_heading(heading, copies) is copies[0]
+    # The own block's copy misread: the next block's is a pitch away, not taken.
+    assert under_heading(heading, copies[1:]) is None
+    # Another column's copy is no copy of this block.
+    assert under_heading(heading, [_c(160, left=900), _c(270, left=900)]) is None
+
+
+def test_a_messages_reply_link_is_chosen_by_its_author(read: Any) -> None:
+    name = "tuning-inbox-alone-100-recorded.png"
+    for c in [c for c in _screen(name)["controls"] if c["text"] == "Répondre"][:2]:
+        found = resolve_point(TargetSpec(by_text="Répondre", near_text=c["row"]),
+                              Image.open(DATA / name).convert("RGB"), (0, 0),
+                              (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+        assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+@pytest.mark.parametrize("label", ["Mes patients", "Aide en ligne"])
+def test_a_light_grey_link_is_found(read: Any, label: str) -> None:
+    name = "tuning-patients-alone-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
+    found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
+                          (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_an_anchor_among_many_rows_alike_never_clicks_another_row(read: Any) -> None:
+    """Ten messages alike: the anchor cut around one "Répondre" once matched another row
+    "uniquely", for the true row was not among the coarse peaks refined."""
+    name = "tuning-inbox-alone-125-recorded.png"
+    shot = Image.open(DATA / name).convert("RGB")
+    for c in [c for c in _screen(name)["controls"] if c["text"] == "Répondre"]:
+        x, y, w, h = c["box"]
+        out = io.BytesIO()
+        shot.crop((x - 40, y - 10, x + w + 40, y + h + 10)).save(out, "PNG")
+        spec = TargetSpec(by_text="Répondre", x_pct=(x + w / 2) / 1920,
+                          y_pct=(y + h / 2) / 1080,
+                          anchor_image_base64=base64.b64encode(out.getvalue()).decode())
+        found = resolve_point(spec, shot, (0, 0), (0, 0, 1920, 1080), SCALES, 0.85,
+                              TextSettings(read))
+        assert not found.found or _inside(c["box"], found.x, found.y), (c, found)
+
+
+def test_a_label_wrapped_on_three_lines_is_found(read: Any) -> None:
+    name = "tuning-form-alone-100-moved.png"
+    label = "Valider et envoyer au secrétariat"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
+    found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
+                          (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found

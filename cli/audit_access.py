@@ -37,6 +37,8 @@ def add_arguments(sub: Any) -> None:
     which = access.add_mutually_exclusive_group(required=True)
     which.add_argument("--person", help="an account of the console, or an OS user (commands)")
     which.add_argument("--replay", help="a replay (its timeline, its screenshots)")
+    which.add_argument("--item", metavar="QUEUE/REFERENCE",
+                       help="a work item (its inputs and outputs, and its queue's exports)")
     access.add_argument("--json", action="store_true", help="one JSON object per view")
     access.add_argument("--timeout", type=float, default=5.0, help="seconds to wait per try")
 
@@ -69,17 +71,24 @@ def describe(record: AuditRecordOut) -> str:
     when = datetime.fromtimestamp(record.at, UTC).strftime("%Y-%m-%d %H:%M:%S")
     target = (f"replay {data['replay_id']}" if data.get("replay_id") else
               f"image {str(data.get('sha256'))[:16]}" if data.get("sha256") else
+              f"item {data['queue']}/{data['reference']}" if data.get("reference") else
+              f"queue {data['queue']}" if data.get("queue") else
               "the whole trail" if data.get("what") == "export" else "")
     return f"{when}  {who(record)}  saw {data.get('what')} {target}".rstrip()
 
 
 def views_of(pages: Pages, args: argparse.Namespace) -> list[AuditRecordOut]:
-    """The views of ``--person`` or of ``--replay`` (its timeline, and its images wherever
-    they were opened: an image is named by its hash only)."""
+    """The views of ``--person``, of ``--replay`` (its timeline, and its images wherever
+    they were opened: an image is named by its hash only) or of ``--item`` (the item, and
+    the exports of its whole queue)."""
     every = pages(AuditQuery(kind=DATA_VIEWED))
     if args.person is not None:
         return [r for r in every if args.person in (r.data.get("account"),
                                                     r.data.get("os_user"))]
+    if args.item is not None:
+        queue, _, reference = args.item.partition("/")
+        return [r for r in every if r.data.get("queue") == queue
+                and r.data.get("reference") in (reference, None)]
     images = {d for r in pages(AuditQuery(replay_id=args.replay))
               for d in r.screenshots.values()}
     return [r for r in every
@@ -93,6 +102,7 @@ def access_command(pages: Pages, args: argparse.Namespace) -> int:
                           **record.data}, ensure_ascii=False) if args.json
               else describe(record))
     if not args.json:
-        whom = f"person {args.person}" if args.person else f"replay {args.replay}"
+        whom = (f"person {args.person}" if args.person else f"item {args.item}" if args.item
+                else f"replay {args.replay}")
         print(f"{len(found)} views recorded of {whom}", file=sys.stderr)
     return 0

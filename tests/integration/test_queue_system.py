@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 import time
@@ -221,6 +222,13 @@ def test_an_agent_lost_after_an_input_leaves_its_item_to_a_person(
     assert system.status(item["replay_id"]).status == "failed"  # its replay ended
     shown = cli(system.env, "item", "admissions", item["reference"])
     assert "skip by ide" in shown.stdout and "needs_person" in shown.stdout
+    # The item's inputs were shown: the view is in the trail, under the proven OS user.
+    access = subprocess.run(python_argv("run.py", "audit", "access", "--item",
+                                        f"admissions/{item['reference']}", "--json"),
+                            env=system.env, text=True, capture_output=True, timeout=60)
+    assert access.returncode == 0, access.stderr
+    seen = [json.loads(line) for line in access.stdout.splitlines() if line.strip()]
+    assert [(v["what"], v["os_user"]) for v in seen] == [("queue_item", getpass.getuser())]
 
 
 def test_items_that_cannot_start_before_their_deadline_are_said_at_risk(

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 MAGIC = b"LEAi1"
 NONCE_BYTES = 12
 KEY_BYTES = 32
@@ -48,6 +45,8 @@ def seal(key_id: str, key: bytes, digest: str, image: bytes, nonce: bytes) -> by
     kid = key_id.encode()
     if not 0 < len(kid) < 256:
         raise ValueError(f"key id {key_id!r}: 1 to 255 bytes")
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # imported here: see open_sealed
+
     body = AESGCM(key).encrypt(nonce, image, _aad(kid, digest))
     return b"".join((MAGIC, bytes([len(kid)]), kid, nonce, body))
 
@@ -72,6 +71,11 @@ def open_sealed(keys: Mapping[str, bytes], digest: str, blob: bytes) -> bytes:
                              "which the keyring does not hold")
     start = len(MAGIC) + 1 + len(key_id.encode())
     nonce, body = blob[start:start + NONCE_BYTES], blob[start + NONCE_BYTES:]
+    # Imported where used: run.py builds every command's parser, and the Windows agent's
+    # folder (python -m cli.bundle) runs it without `cryptography`, which only servers need.
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     try:
         return AESGCM(key).decrypt(nonce, body, _aad(key_id.encode(), digest))
     except (InvalidTag, ValueError):

@@ -190,7 +190,10 @@ def _start_trees(servers: TwoServers, spawn: Spawn, tmp: Path, base: dict[str, s
         # No console, the tests' quick watchdog, patience with a loaded machine's start;
         # the restart intensity is the default's (a server cut off restarts its dispatcher).
         env = {**base, **FAST_WATCHDOG, "LEA_DATA_DIR": str(tmp / f"var-{host}"),
-               "LEA_CONSOLE_PORT": "0", "LEA_BEACON_TIMEOUT_S": "30"}
+               "LEA_CONSOLE_PORT": "0", "LEA_BEACON_TIMEOUT_S": "30",
+               # One trail, one keyring: each server reads the images the other sealed
+               # (docs/operations.md, "Screenshots encrypted at rest").
+               "LEA_IMAGE_KEYRING": str(tmp / "image-keys.json")}
         argv = [sys.executable, "run.py", "--config", str(EXAMPLES / f"{name}.toml")]
         servers.trees[host] = spawn(servers.made.argv(host, argv), env=env, name=f"tree-{host}")
         servers.envs[host] = env

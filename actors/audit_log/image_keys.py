@@ -17,6 +17,7 @@ log) until the file is put right. It is created only where no image was ever sea
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import secrets
@@ -119,11 +120,26 @@ def write_keyring(path: Path, ring: Keyring, *, exclusive: bool = False) -> None
     if exclusive:
         try:
             os.link(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            # A filesystem without hard links (some network or FUSE mounts): create it
+            # exclusively in place; a crash mid-write leaves a file the next start refuses.
+            _create_exclusive(path, dump(ring))
         finally:
             tmp.unlink()
     else:
         os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def _create_exclusive(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def rotate(path: Path, now: float) -> Keyring:

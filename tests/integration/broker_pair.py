@@ -25,6 +25,8 @@ def pair_env(env: dict[str, str], tmp: Path) -> tuple[dict[str, str], dict[str, 
     # In ``tmp``, removed with it once the processes are gone (an ipc path has at most 107
     # bytes: pytest's temporary folders and the bench's are short enough).
     doors = tmp / "d"
+    if len(str(doors / "a" / "tree.sock")) > 100:  # ipc paths: 107 bytes at most
+        raise ValueError(f"{tmp}: too long a folder for the brokers' doors (a shorter name)")
     state_a, state_b, mdp_b = _tcp(), _tcp(), _tcp()
     door_a, door_b = f"ipc://{doors}/a/tree.sock", f"ipc://{doors}/b/tree.sock"
     tree = {

@@ -43,7 +43,7 @@ def _monitors(agents: list[Agent], since: dict[str, int]) -> Counter[str | None]
 
 
 @pytest.mark.skip(reason="known defect: with the people's door, the second whole tree's "
-                  "actors do not register at start (issue 31 open); bench/failover.py "
+                  "actors do not register at start; bench/failover.py "
                   "--whole-trees measured the rule before that change")
 def test_each_trees_broker_killed_once(
         spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, pg_url: str) -> None:

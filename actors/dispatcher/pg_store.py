@@ -166,7 +166,14 @@ class PgDb(pg.Session):
             super().commit()
             return
         try:
-            done = self.conn.execute(b"COMMIT")
+            try:
+                done = self.conn.execute(b"COMMIT")
+            except BaseException:
+                # An earlier statement's error arrived with the COMMIT's send: the pipeline
+                # must still end, or the session stays in it, aborted, for every later use.
+                with contextlib.suppress(psycopg.Error):
+                    pipeline.close()
+                raise
             pipeline.close()  # sends the turn and waits for its results
         except psycopg.OperationalError as exc:
             self._lost(exc)

@@ -8,6 +8,7 @@ its lease's end, and nothing it began commits after."""
 from __future__ import annotations
 
 import json
+import time
 
 import psycopg
 import pytest
@@ -133,9 +134,13 @@ def test_an_expired_lease_is_taken_over_and_the_cut_off_leaders_turn_never_commi
         standby.close()
 
 
-def test_a_deposed_leaders_turn_fails_its_fence_and_its_renewal(pg_url: str) -> None:
+@pytest.mark.parametrize("answered_before", ["insert", "commit"])
+def test_a_deposed_leaders_turn_fails_its_fence_and_its_renewal(pg_url: str,
+                                                                answered_before: str) -> None:
     """A session that still believes it leads, with an old token (another took the lease
-    since): the turn it begins is refused in its own transaction, its renewal too."""
+    since): the turn it begins is refused in its own transaction, its renewal too, wherever
+    the server's refusal reaches the pipeline (the pause lets it arrive before that
+    statement is sent); the session is usable after its rollback."""
     old, new = PgDb.connect(pg_url), PgDb.connect(pg_url)
     try:
         assert lease.take(old, hold_s=600) is True
@@ -146,7 +151,11 @@ def test_a_deposed_leaders_turn_fails_its_fence_and_its_renewal(pg_url: str) -> 
         believer.fence_token = stale
         with pytest.raises(psycopg.Error) as refused:
             believer.begin()
+            if answered_before == "insert":
+                time.sleep(0.3)
             believer.execute("INSERT INTO meta VALUES ('deposed', 'x')")
+            if answered_before == "commit":
+                time.sleep(0.3)
             believer.commit()
         assert refused.value.sqlstate == lease.DEPOSED
         believer.rollback()

@@ -101,7 +101,9 @@ class AuditQuery(Message, type_name="audit.query"):
 
     replay_id: str | None = Field(None, max_length=128)
     since: float | None = None
-    """Only records whose ``at`` is at or after this epoch time."""
+    """Only records *stored* at or after this epoch time (``stored_at``, which never goes
+    backwards: the answer is a suffix of the chain, docs/durability.md), not by their ``at``,
+    which is the sender's clock."""
     kind: str | None = Field(None, max_length=64)
     """Only records of this kind (e.g. :data:`DATA_VIEWED`: who saw what)."""
     after_seq: int = Field(0, ge=0)

@@ -11,6 +11,7 @@ the group is read again at each request.
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from tests.ldap_server import (
     group_ldif,
     person_dn,
     person_ldif,
+    slapd,
 )
 
 PAUSED = "paused_need_help"
@@ -153,3 +155,43 @@ def test_directory_sign_in_roles_from_groups_and_a_removal_applies_at_the_next_r
     assert by_name["dr.martin"]["dn"] == person_dn("dr.martin")
     assert "origin" not in by_name["secours"]
 
+
+
+def test_a_directory_that_does_not_answer_lets_nobody_of_it_in_and_ends_no_session(
+        spawn: Spawn, lea_env: dict[str, str], tmp_path: Path) -> None:
+    """A directory hung (SIGSTOP: each look waits the timeout), then gone (kill -9: refused
+    at once): a sign-in through it is answered 503 ``directory_unavailable``, a signed-in
+    person's request too, and recorded; nobody's session ends; the local account still signs
+    in; the directory back, the same session answers again."""
+    with slapd(tmp_path) as server:  # its own: this test stops it
+        server.ldif(person_ldif("dr.panne", DIRECTORY_PASSWORD))
+        server.ldif(group_ldif("outage-operators", ["dr.panne"]))
+        system, url = console_system(spawn, lea_env, tmp_path,
+                                     LEA_CONSOLE_LDAP_TIMEOUT_S="1",
+                                     **directory_env(server, tmp_path, "outage"))
+        add_account(system, "secours", "admin")
+        assert server.proc is not None
+        with httpx.Client(base_url=url, timeout=30) as signed, \
+                httpx.Client(base_url=url, timeout=30) as late, \
+                httpx.Client(base_url=url, timeout=30) as local:
+            assert login(signed, "dr.panne").status_code == 200
+            assert signed.get("/api/me").json()["role"] == "operator"
+            for stop in (signal.SIGSTOP, signal.SIGKILL):
+                server.proc.send_signal(stop)
+                assert error(login(late, "dr.panne")) == (503, "directory_unavailable")
+                assert error(signed.get("/api/replays")) == (503, "directory_unavailable")
+                assert late.get("/api/me").status_code == 401  # not signed in meanwhile
+            signed_local = login(local, "secours", PASSWORD)
+            assert signed_local.status_code == 200, signed_local.text
+            assert local.get("/api/me").json()["role"] == "admin"
+            server.proc.wait(timeout=10)
+            server.start()  # the same database: the same people and groups
+            assert signed.get("/api/me").json()["role"] == "operator"  # the session lived on
+            assert login(late, "dr.panne").status_code == 200
+
+    def outages() -> Counter[str | None]:
+        return Counter(r["data"].get("account")
+                       for r in console_records(system, "directory_unavailable"))
+
+    wait_until(lambda: outages() == Counter({"dr.panne": 4}), timeout=20, interval=0.3)
+    assert not console_records(system, "session_ended_by_directory")

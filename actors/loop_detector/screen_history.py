@@ -2,10 +2,12 @@
 
 Tiles are 8x8 screen pixels (pixel.py); a transition is the screen after one step against
 the screen after the step before. Each transition is judged when it arrives, from what
-came before it only: an action's progress is never taken back by what the screen does
-later. A wait's is, by the wait right after it, and only there (no action acted during
-either): where the screen moves on beside what the first wait saw change (a second hand,
-a spinner, ``top``), that was the screen moving by itself, seen for the first time.
+came before it only, and taken back by the one after it in two cases only. A wait's:
+where the screen moves on beside what the first wait saw change (a second hand, a spinner,
+``top``), that was the screen moving by itself, seen for the first time. An action's that
+was progress only because content renewed away from the window acted in: if the same
+tiles renew again at the next step, that was another program's display (``top`` at a
+replay's first step), not a window the action opened (a window opens once).
 
 Where the step acted is known (site.py: the point clicked, the focus, the window): the
 step is progress when a tile changed *there* that is not a place seen changing by itself.
@@ -42,8 +44,8 @@ afresh: typing into a dialog just opened is progress.
 The cost: a change in place of an earlier one (a "+" button's counter far from the
 point, a field retyped over its old text) is not progress; three such steps
 look like a stuck screen. Noise seen for the first time at an action counts as progress
-(a replay's first steps beside ``top``, a caret's first blink): a pause can come a step
-late, never early.
+(a caret's first blink, a busy desktop's first changes) unless taken back as above: a
+pause can come a step late, never early.
 
 Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
 of their transitions, two 16-bit registers per tile and an 8-bit one per block.
@@ -121,7 +123,10 @@ class Transition:
     loose: Mask | None = None
     """In a wait: the tiles changed away from the places seen changing by themselves."""
     second_look: bool = False
-    """A wait's progress taken back by the wait after it (``_second_look``)."""
+    """A wait's progress taken back by the wait after it (``_second_look``), or a renewal
+    away from the window acted in taken back by the transition after it (``_renewed_again``)."""
+    renewed_away: Mask | None = None
+    """Progress only by new content entirely outside the window acted in: those tiles."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +284,15 @@ class ScreenHistory:
             # Away from the window acted in, content renewing at two transitions in a row
             # (another program's display: top) is no new screen; a dialog opens once.
             candidates &= acted_in | ~self._zone(last)
+        renewed_away: Mask | None = None
         if int(np.count_nonzero(candidates)) >= big:
             renewed = int(np.count_nonzero(self._novel(candidates, frame))) >= big
+            if renewed and not progress and acted_in is not None and not (
+                    candidates & acted_in).any():
+                renewed_away = candidates
             progress = progress or renewed
+        if acted_in is not None and not observation:
+            self._renewed_again(changed, acted_in, big)
         # A uint16 shift drops the oldest bit: the register remembers 16 transitions.
         changes = ((self._changes << 1) | changed).astype(np.uint16)
         blocks = ((self._blocks << 1) | block_changed).astype(np.uint8)
@@ -300,8 +311,21 @@ class ScreenHistory:
         self._serial += 1
         self.frames.append(frame)
         self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored,
-                                           loose))
+                                           loose, renewed_away=renewed_away))
         return self._serial
+
+    def _renewed_again(self, changed: Mask, acted_in: Mask, big: int) -> None:
+        """The transition before was progress only because another window's content
+        renewed (away from the window acted in, where the action could not draw): if that
+        content renews again now, over as many tiles, it was that program moving by itself
+        (``top``), seen for the first time at a replay's first step, not what the action
+        opened (a window opens once). Its progress is taken back."""
+        last = self.transitions[-1] if self.transitions else None
+        if (last is None or last.renewed_away is None or not last.progress
+                or last.serial <= self._cut or last.renewed_away.shape != changed.shape):
+            return
+        if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= big:
+            self.transitions[-1] = replace(last, progress=False, second_look=True)
 
     def _novel(self, mask: Mask, frame: Frame) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no

@@ -123,11 +123,19 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+BY_PERSON: Final = {"retry": "relancé par", "skip": "ignoré par", "cancel": "annulé par"}
+"""A person's command, as the dispatcher gives it as the reason (``skip by NAME``)."""
+REPLAY_END: Final = {"replay failed": "replay en échec", "replay cancelled": "replay arrêté"}
+
+
 def reason_label(reason: str | None) -> str | None:
-    """A pause reason in a few words; a person's command (``skip by X``) as it is."""
+    """A pause reason in a few words; a person's command with that person's name."""
     if reason is None:
         return None
-    return labels.REASON_SHORT.get(reason, reason)
+    command, by, person = reason.partition(" by ")
+    if by and command in BY_PERSON:
+        return f"{BY_PERSON[command]} {person}"
+    return labels.REASON_SHORT.get(reason) or REPLAY_END.get(reason, reason)
 
 
 def queue_row(q: dict[str, Any]) -> QueueRow:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.queue_views import agent_row, item_detail, item_row, queue_row
+from console.queue_views import agent_row, item_detail, item_row, queue_row, reason_label
 
 ITEM: dict[str, Any] = {
     "queue": "admissions", "reference": "adm-001", "seq": 1,
@@ -45,6 +45,13 @@ def test_an_opened_item_has_its_values_and_its_history_from_when_it_was_added() 
     assert [(h.at, h.state) for h in detail.history] == [
         (1.0, "added"), (2.0, "in_progress"), (3.0, "needs_person")]
     assert detail.history[2].machine_id == "w1" and detail.history[2].replay_id == "r1"
+
+
+def test_reasons_in_a_few_words() -> None:
+    assert [reason_label(r) for r in ("skip by dr.martin", "cancel by chef by night",
+                                      "replay failed", "output_invalid", "other", None)] == [
+        "ignoré par dr.martin", "annulé par chef by night", "replay en échec",
+        "valeur illisible à l'écran", "other", None]
 
 
 def test_bad_fields_do_not_break_the_page() -> None:

@@ -4,6 +4,7 @@
 
 - an operator adds a file with a refused row: the page lists every refused row (a
   sensitive value never shown) and nothing is added; the corrected file adds every item;
+  the same file again is refused by the dispatcher, row by row (already in the queue);
 - a viewer reads the items and opens one (its sensitive input masked), and that view is in
   the audit trail under the viewer's account (``audit access --item``); its retry, forced
   from the browser, is refused by the server and the item does not change;
@@ -135,6 +136,13 @@ def test_the_queues_page_adds_reads_and_commands_by_role(
         expect(report).to_be_hidden()
         expect(page.locator("#item-rows tr")).to_have_count(3, timeout=WAIT_MS)
         expect(row(page, "adm-001")).to_have_attribute("data-state", "new")
+        # The same file again: the dispatcher refuses every row (already in the queue).
+        page.set_input_files("#add-file-input", str(good))
+        page.click("#add-submit")
+        expect(refused).to_have_count(3, timeout=WAIT_MS)
+        expect(page.locator('#file-rows tr[data-row="1"]')).to_contain_text(
+            "already in the queue (new)")
+        assert len(items(system)) == 3
         # The list carries no values: neither the IPP nor the sensitive one.
         expect(page.locator("#items")).not_to_contain_text("004211")
         expect(row(page, "adm-003").locator('button[data-command="cancel"]')).to_have_count(0)

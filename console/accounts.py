@@ -1,8 +1,9 @@
 """Operator accounts of the console: who may do what, how a password is checked, when a
 sign-in must wait. Pure decisions, except the password hashing (argon2id, argon2-cffi).
 
-- Roles: ``viewer`` follows replays; ``operator`` also answers them (resume, pause,
-  cancel); ``admin`` also sees the accounts. The role is read again at every request, so a
+- Roles: ``viewer`` follows replays and work queues; ``operator`` also answers replays
+  (resume, pause, cancel) and handles work items (adds a file, retries, skips); ``admin``
+  also cancels work items and sees the accounts. The role is read again at every request, so a
   change or a disabled account applies at once.
 - Passwords are stored as argon2id hashes (argon2-cffi's defaults, RFC 9106's second
   recommended setting); a hash made with older parameters is replaced at the next sign-in.
@@ -24,14 +25,23 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from messages.replay import Role
 
 ROLES: Final = get_args(Role)
-Act = Literal["read", "answer", "administer"]
-"""What a request does: read the replays, answer one (resume / pause / cancel), or see the
-accounts."""
+Act = Literal["read", "answer", "handle_items", "cancel_items", "administer"]
+"""What a request does: read the replays and queues, answer a replay (resume / pause /
+cancel), handle work items (add a file, retry, skip), cancel a work item, or see the
+accounts (docs/queues.md, "At the console")."""
 _ALLOWED: Final[dict[str, frozenset[Act]]] = {
     "viewer": frozenset({"read"}),
-    "operator": frozenset({"read", "answer"}),
-    "admin": frozenset({"read", "answer", "administer"}),
+    "operator": frozenset({"read", "answer", "handle_items"}),
+    "admin": frozenset({"read", "answer", "handle_items", "cancel_items", "administer"}),
 }
+ACT_WORDS: Final[dict[Act, str]] = {
+    "read": "read",
+    "answer": "answer a replay",
+    "handle_items": "add, retry or skip work items",
+    "cancel_items": "cancel a work item",
+    "administer": "see the accounts",
+}
+"""What an act is called in a refusal's message."""
 NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9._-]{1,63}$")
 MIN_PASSWORD_CHARS: Final = 12
 MAX_PASSWORD_CHARS: Final = 1024

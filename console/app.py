@@ -19,6 +19,7 @@ from console.api import api
 from console.auth import auth
 from console.bus_feed import BusFeed
 from console.pages import pages, templates
+from console.queue_api import queue_api
 from console.scrape import poll, scrape
 from console.state import ApiProblem, ConsoleState
 from console.tls import tls_on
@@ -138,6 +139,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(HTTPException, _http)
     app.include_router(auth)
     app.include_router(api)
+    app.include_router(queue_api)
     app.include_router(pages)
     app.include_router(scrape)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

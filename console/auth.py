@@ -9,7 +9,8 @@
   sign-out and expiry is an audit record (source ``console``).
 - :func:`who` is the person (or script) behind a request, :func:`answerer` one allowed to
   answer a replay: a viewer's resume, pause or cancel is refused here (403
-  ``role_forbidden``, recorded), whatever the page shows.
+  ``role_forbidden``, recorded), whatever the page shows; the same for work items (an
+  operator's cancel of an item, a viewer's retry or skip).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from console import access
 from console.account_store import session_hash
-from console.accounts import Act, may
+from console.accounts import ACT_WORDS, Act, may
 from console.signin import session_person, sign_in
 from console.state import ApiProblem, ConsoleState
 from messages.replay import Role
@@ -127,12 +128,14 @@ def needs(act: Act) -> object:
             return me
         console = state_of(request)
         replay_id = request.path_params.get("replay_id")
+        queue = request.path_params.get("queue")
         console.accounts.record("request_refused", time.time(), {
             "account": me.account, "role": me.role, "via": me.via, "act": act,
             "path": request.url.path, "client": client_of(request),
-            **({"replay_id": replay_id} if replay_id else {})})
+            **({"replay_id": replay_id} if replay_id else {}),
+            **({"queue": queue} if queue else {})})
         console.audit.wake()
-        what = "answer a replay" if act == "answer" else "see the accounts"
+        what = ACT_WORDS[act]
         whom = f"the account {me.account!r} ({me.role})" if me.account else "the access token"
         raise ApiProblem(403, "role_forbidden", f"{whom} may not {what}",
                          {"role": me.role, "needs": act})
@@ -142,6 +145,8 @@ def needs(act: Act) -> object:
 
 Me = Annotated[Principal, Depends(who)]
 Answerer = Annotated[Principal, needs("answer")]
+ItemHandler = Annotated[Principal, needs("handle_items")]
+ItemCanceller = Annotated[Principal, needs("cancel_items")]
 Admin = Annotated[Principal, needs("administer")]
 
 
@@ -208,4 +213,5 @@ async def me(request: Request, principal: Me) -> Identity:
                     expires_at=expires)
 
 
-__all__ = ["Admin", "Answerer", "Me", "Principal", "auth", "require_json", "who"]
+__all__ = ["Admin", "Answerer", "ItemCanceller", "ItemHandler", "Me", "Principal", "auth",
+           "require_json", "who"]

@@ -28,6 +28,8 @@ from console.auth import (
     state_of,
     who,
 )
+from console.queue_api import QUEUE, queue_items, queue_list
+from console.queue_views import ITEM_STATE
 from console.signin import sign_in
 from console.state import ApiProblem, ConsoleState
 from console.view_log import record_view
@@ -45,7 +47,12 @@ def _iso(at: float | None) -> str:
     return datetime.fromtimestamp(at).astimezone().isoformat() if at else ""
 
 
+def _when(at: float | None) -> str:
+    return datetime.fromtimestamp(at).astimezone().strftime("%d/%m/%Y %H:%M:%S") if at else ""
+
+
 templates.env.filters["clock"] = _clock
+templates.env.filters["when"] = _when
 templates.env.filters["iso"] = _iso
 
 pages = APIRouter(include_in_schema=False)
@@ -61,7 +68,9 @@ ROLE_LABELS = {"viewer": "lecture seule", "operator": "opérateur", "admin": "ad
 
 def _who(me: Principal) -> dict[str, Any]:
     return {"me": me, "role_label": ROLE_LABELS.get(me.role, me.role),
-            "may_answer": may(me.role, "answer")}
+            "may_answer": may(me.role, "answer"),
+            "may_handle_items": may(me.role, "handle_items"),
+            "may_cancel_items": may(me.role, "cancel_items")}
 
 
 DEFAULT_CONTACT = "l'administrateur de Léa de votre établissement"
@@ -189,3 +198,40 @@ async def replay_page(request: Request, console: Console,
                    trail_ok=trail_ok)
 
 
+
+
+def _dispatcher_silent(request: Request, problem: ApiProblem) -> HTMLResponse:
+    return _render(request, "problem.html", problem.status,
+                   title="Le serveur de replays ne répond pas",
+                   text="Réessayez dans quelques secondes (rechargez la page).")
+
+
+@pages.get("/queues", response_class=HTMLResponse)
+async def queues_page(request: Request, console: Console) -> HTMLResponse:
+    """The work queues: items counted by state, the agents by pool (docs/queues.md)."""
+    if isinstance(me := await _gate(request), HTMLResponse):
+        return me
+    try:
+        listed = await queue_list(console)
+    except ApiProblem as problem:
+        return _dispatcher_silent(request, problem)
+    return _render(request, "queues.html", **_who(me), listed=listed,
+                   item_states=ITEM_STATE)
+
+
+@pages.get("/queues/{queue}", response_class=HTMLResponse)
+async def queue_page(request: Request, console: Console,
+                     queue: Annotated[str, QUEUE]) -> HTMLResponse:
+    """One queue: its items (no values until one is opened), adding a file, the commands
+    the person's role allows."""
+    if isinstance(me := await _gate(request), HTMLResponse):
+        return me
+    try:
+        shown = await queue_items(console, queue, [])
+    except ApiProblem as problem:
+        if problem.status == 404:
+            return _render(request, "problem.html", 404, title="File introuvable",
+                           text=f"Aucune file de travail « {queue} » n'est connue du serveur.")
+        return _dispatcher_silent(request, problem)
+    return _render(request, "queue.html", **_who(me), q=shown.queue, items=shown.items,
+                   matching=shown.matching, item_states=ITEM_STATE)

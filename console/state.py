@@ -38,6 +38,9 @@ HTTP_STATUS: dict[str, int] = {
     "unknown_check_ids": 400,
     "timeout": 504,
     "forbidden": 403,
+    "items_refused": 400,  # a work items file: every refused row in detail.rows
+    "no_items": 400,
+    "not_allowed": 409,  # a work item's command that does not apply to its state
 }
 
 

@@ -25,7 +25,7 @@ from messages.audit import DATA_VIEWED
 VIEW_RECORD_PERIOD_S = 600.0
 MAX_REMEMBERED = 10_000
 
-What = Literal["screenshot", "timeline", "replay"]
+What = Literal["screenshot", "timeline", "replay", "queue_item"]
 
 
 @dataclass
@@ -35,11 +35,14 @@ class ViewLog:
     _until: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def record(self, request: Request, me: Principal, what: What, *,
-               replay_id: str | None = None, sha256: str | None = None) -> None:
+               replay_id: str | None = None, sha256: str | None = None,
+               queue: str | None = None, reference: str | None = None) -> None:
         """Record the view (raises if it cannot be committed: nothing is then shown)."""
         console = state_of(request)
         now = time.time()
-        key = (me.session or f"{me.via}:{client_of(request)}", what, replay_id or sha256 or "")
+        item = f"{queue}/{reference}" if reference is not None else ""
+        key = (me.session or f"{me.via}:{client_of(request)}", what,
+               replay_id or sha256 or item)
         if self._until.get(key, 0.0) > now:
             return
         console.accounts.record(DATA_VIEWED, now, {
@@ -47,7 +50,8 @@ class ViewLog:
             "client": client_of(request), "what": what,
             **({"session": short(me.session)} if me.session else {}),
             **({"replay_id": replay_id} if replay_id else {}),
-            **({"sha256": sha256} if sha256 else {})})
+            **({"sha256": sha256} if sha256 else {}),
+            **({"queue": queue, "reference": reference} if reference is not None else {})})
         console.audit.wake()
         if len(self._until) >= MAX_REMEMBERED:
             self._until = {k: t for k, t in self._until.items() if t > now}
@@ -55,9 +59,11 @@ class ViewLog:
 
 
 def record_view(request: Request, me: Principal, what: What, *, replay_id: str | None = None,
-                sha256: str | None = None) -> None:
+                sha256: str | None = None, queue: str | None = None,
+                reference: str | None = None) -> None:
     """:meth:`ViewLog.record` with the app's log (one per console process)."""
     log = getattr(request.app.state, "views", None)
     if not isinstance(log, ViewLog):
         log = request.app.state.views = ViewLog()
-    log.record(request, me, what, replay_id=replay_id, sha256=sha256)
+    log.record(request, me, what, replay_id=replay_id, sha256=sha256, queue=queue,
+               reference=reference)

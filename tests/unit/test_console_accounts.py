@@ -33,6 +33,12 @@ def test_roles_allow_reading_answering_and_administering_in_steps() -> None:
     assert not may("nobody", "read")
 
 
+def test_work_items_viewer_reads_operator_retries_and_skips_admin_cancels() -> None:
+    assert not may("viewer", "handle_items") and not may("viewer", "cancel_items")
+    assert may("operator", "handle_items") and not may("operator", "cancel_items")
+    assert may("admin", "handle_items") and may("admin", "cancel_items")
+
+
 @pytest.mark.parametrize(("name", "ok"), [("alice", True), ("dr.martin", True),
                                           ("ide_dupont-2", True), ("a", False),
                                           ("Alice", False), ("2alice", False),

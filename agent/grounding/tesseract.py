@@ -155,7 +155,7 @@ class TesseractReader:
         if not self.keep:
             return self._read_content(grey)
         # Same pixels, same words: Tesseract is deterministic.
-        key = _key(grey)
+        key = pixel_key(grey)
         with self._lock:
             kept = self._recall(key)
         if kept is not None:
@@ -172,7 +172,7 @@ class TesseractReader:
         if self._pool is None or self.crop_blank or len(greys) < 2 \
                 or any(g.height >= 4 * SEAM for g in greys):
             return [self.read(g) for g in greys]
-        keys = [_key(g) for g in greys]
+        keys = [pixel_key(g) for g in greys]
         with self._lock:
             out = [self._recall(key) for key in keys]
             todo = [i for i, words in enumerate(out) if words is None]
@@ -303,6 +303,6 @@ class TesseractReader:
                 api.End()
 
 
-def _key(grey: Image.Image) -> tuple[tuple[int, int], bytes]:
+def pixel_key(grey: Image.Image) -> tuple[tuple[int, int], bytes]:
     """What tells two images' pixels apart: their size and a digest of their bytes."""
     return grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest()

@@ -25,10 +25,10 @@ from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
 from agent.grounding.tesseract import TesseractReader
 from bench.grounding import anchor_of, floor_ms, inside
-from bench.grounding_web import DATA, H, W, web_searches
+from bench.grounding_web import DATA, H, W, key, web_searches
 
 REPLAY_STEPS = 8
-REPLAY_STRIPS = (2, 4, 6, 8)
+REPLAY_STRIPS = (2, 4, 6)
 RING = (16, 16, 16)
 """Chromium's focus ring: a dark line two pixels wide, two pixels outside the control."""
 
@@ -45,8 +45,14 @@ def steps_of(screens: list[dict[str, Any]], steps: int) -> dict[str, list[tuple[
     """For each screen, ``steps`` searches a recorded step would make there (text and the
     recorded position) of controls in front, spread over the page."""
     by_screen: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for search in web_searches(screens, DATA, anchor_of):
-        if search[1] == "text+position" and search[5] == "control":
+    everything = json.loads((DATA / "labels.json").read_text())["screens"]
+    wanted = {s["image"] for s in screens}
+    # A moved layout's searches need the recorded layout of the same page.
+    recorded = {key(s) for s in screens}
+    for search in web_searches([s for s in everything if s["image"] in wanted or (
+            s["layout"] == "recorded" and key(s) in recorded)], DATA, anchor_of):
+        if search[0]["image"] in wanted and search[1] == "text+position" \
+                and search[5] == "control":
             by_screen[search[0]["image"]].append(search)
     return {name: found[::max(1, len(found) // steps)][:steps]
             for name, found in by_screen.items()}

@@ -2,7 +2,7 @@
 replay's searches on the web set, with the reading kept strip by strip.
 
     python -m bench.grounding_speed [--data DIR] [--every N] [--rounds R]
-    python -m bench.grounding_speed --replay [--every N] [--steps K]
+    python -m bench.grounding_speed --replay [--every N] [--steps K] [--strips S ...]
 
 Every Nth screen of the recorded set (tests/data/grounding) is read whole by Tesseract
 readers that differ by one option, in turns (the order alternates from screen to screen,
@@ -40,7 +40,8 @@ DICTIONARIES = {"load_system_dawg": "1", "load_freq_dawg": "1"}
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--every", type=int, default=3)
+    parser.add_argument("--every", type=int, help="every Nth screen (default 3; with "
+                        "--replay 7: every page, zoom and mode of both parts)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--replay", action="store_true",
                         help="a replay's searches on the web set (module docstring)")
@@ -51,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{' '.join(map(str, REPLAY_STRIPS))})")
     args = parser.parse_args(argv)
     if args.replay:
-        return replay(args.every, args.steps, args.strips or REPLAY_STRIPS)
-    screens = json.loads((args.data / "labels.json").read_text())["screens"][::args.every]
+        return replay(args.every or 7, args.steps, args.strips or REPLAY_STRIPS)
+    screens = json.loads((args.data / "labels.json").read_text())["screens"][::args.every or 3]
     images = [Image.open(args.data / s["image"]).convert("RGB") for s in screens]
     readers = {
         "agent (the whole monitor)": TesseractReader(keep=0),

@@ -15,7 +15,7 @@ import json
 import os
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from PIL import Image, ImageDraw
@@ -24,6 +24,7 @@ from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
 from agent.grounding.tesseract import TesseractReader
+from agent.grounding.text import candidates, decide
 from bench.grounding import anchor_of, floor_ms, inside
 from bench.grounding_web import DATA, H, W, key, web_searches
 
@@ -58,6 +59,20 @@ def steps_of(screens: list[dict[str, Any]], steps: int) -> dict[str, list[tuple[
             for name, found in by_screen.items()}
 
 
+def labels_read(screen: dict[str, Any], words: list[Any]) -> Counter[str]:
+    """How many controls in front of ``screen`` the reading alone finds where they are
+    (the matching's first decision, before any second look), and how many elsewhere."""
+    out: Counter[str] = Counter()
+    for c in screen["controls"]:
+        if c["behind"]:
+            continue
+        chosen = decide(candidates(words, c["text"]), c["text"]).chosen
+        out["controls"] += 1
+        if chosen is not None:
+            out["right" if inside(c["box"], chosen.centre) else "elsewhere"] += 1
+    return out
+
+
 def replay(every: int, steps: int, counts: tuple[int, ...] | list[int]) -> int:
     screens = json.loads((DATA / "labels.json").read_text())["screens"][::every]
     chosen = steps_of(screens, steps)
@@ -68,6 +83,7 @@ def replay(every: int, steps: int, counts: tuple[int, ...] | list[int]) -> int:
     faults: list[str] = []
     wrong: dict[int, int] = defaultdict(int)
     agree: dict[int, list[float]] = defaultdict(list)
+    labels: dict[int, Counter[str]] = defaultdict(Counter)
     load_before = os.getloadavg()[0]
     for turn, s in enumerate(screens):
         base = Image.open(DATA / s["image"]).convert("RGB")
@@ -93,6 +109,7 @@ def replay(every: int, steps: int, counts: tuple[int, ...] | list[int]) -> int:
                                   "differs from a fresh one")
                 if j == 0:
                     first_words[n] = {(w.text, w.box) for w in anew}
+                    labels[n] += labels_read(s, anew)
                 shot = focus_ring(base, search[3])
         if 2 in first_words:
             for n, words in first_words.items():
@@ -110,7 +127,9 @@ def replay(every: int, steps: int, counts: tuple[int, ...] | list[int]) -> int:
               f"{statistics.median(times[n, 'after']):.0f} ms (strips read again p50 "
               f"{statistics.median(read_strips[n] or [0]):.0f} of {n}); wrong-control "
               f"clicks {wrong[n]}; words as read in 2 strips "
-              f"{100 * statistics.mean(agree[n] or [0]):.1f} %")
+              f"{100 * statistics.mean(agree[n] or [0]):.1f} %; controls in front whose "
+              f"label the reading alone places on them {labels[n]['right']}/"
+              f"{labels[n]['controls']}, elsewhere {labels[n]['elsewhere']}")
     print(f"  kept readings unlike a fresh reading of the same pixels: {len(faults)}")
     for line in faults[:10]:
         print("    " + line)

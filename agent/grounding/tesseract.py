@@ -50,9 +50,11 @@ strips it touches. Two (the halves): the reading the sets were measured with
 NO_DICTIONARIES = {"load_system_dawg": "0", "load_freq_dawg": "0"}
 """Tesseract's word lists not loaded: on the set every label found the same, a reading
 about a twentieth faster (docs/grounding.md, "Speed"). Labels are not dictionary words."""
-KEEP_READINGS = 16
+KEEP_READINGS = 64
 """The last readings kept, by their pixels: a step retried on a screen that has not
-changed (and its second looks) is not read again (docs/grounding.md, "Speed")."""
+changed (and its second looks) is not read again, nor the parts a search reads again
+(a dialog, a band, unread ink: up to dozens) that the step before read and did not
+change (docs/grounding.md, "Speed"). A reading is a few kilobytes of words."""
 CONTENT_MARGIN = 24
 """Pixels of background kept around a screen's content when its blank margins are not
 read."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import io
 import json
 import os
@@ -152,18 +151,25 @@ class KeptReadings:
             pickle.loads(path.read_bytes()) if path.is_file() else {})
         self.new = 0
 
+    def key(self, grey: Image.Image) -> tuple[Any, ...]:
+        return (*pixel_key(grey), self.reader.upscale, self.reader.psm, self.reader.strips,
+                tuple(sorted(self.reader.variables.items())))
+
     def read(self, image: Image.Image) -> list[Any]:
-        grey = image.convert("L")
-        key = (grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest(),
-               self.reader.upscale, self.reader.psm, self.reader.strips,
-               tuple(sorted(self.reader.variables.items())))
-        if key not in self.kept:
-            self.kept[key] = self.reader.read(grey)
-            self.new += 1
-        return list(self.kept[key])
+        return self.read_many([image])[0]
 
     def read_many(self, images: Sequence[Image.Image]) -> list[list[Any]]:
-        return [self.read(image) for image in images]
+        """As the reader's: the parts not kept yet read at once."""
+        greys = [image.convert("L") for image in images]
+        keys = [self.key(grey) for grey in greys]
+        todo = [i for i, key in enumerate(keys) if key not in self.kept]
+        if todo:
+            read = self.reader.read_many([greys[i] for i in todo]) if len(todo) > 1 \
+                else [self.reader.read(greys[todo[0]])]
+            for i, words in zip(todo, read, strict=True):
+                self.kept[keys[i]] = words
+            self.new += len(todo)
+        return [list(self.kept[key]) for key in keys]
 
     def save(self) -> None:
         if self.new:

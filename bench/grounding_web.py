@@ -49,14 +49,8 @@ def web_searches(screens: list[dict[str, Any]], data: Path,
         for c in s["controls"]:
             text, behind = c["text"], c["behind"]
             seen[text, behind] += 1
-            # The same control where it was recorded: the one of the same row (a
-            # message's "Répondre" on the moved layout, whose rows are in another
-            # order), else the same rank among its twins.
-            alike = [o for o in origin["controls"] if o["text"] == text
-                     and o["behind"] == behind]
-            same_row = [o for o in alike if c["row"] and o["row"] == c["row"]]
-            box = (same_row[0] if len(same_row) == 1 else
-                   alike[seen[text, behind] - 1])["box"]
+            box = [o for o in origin["controls"] if o["text"] == text
+                   and o["behind"] == behind][seen[text, behind] - 1]["box"]
             if behind and normalise(text) in front_controls:
                 continue  # the dialog's own control of that text is the target
             x, y, w, h = box

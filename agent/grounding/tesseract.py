@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 
 from PIL import Image
 
+from agent.grounding.strips import KeptStrips, Strip, join, strip_keys, strips
 from agent.grounding.text import Word
 
 DEFAULT_LANGS = "fra"
@@ -39,14 +40,21 @@ PSM = "SINGLE_BLOCK"
 block of text lines. Measured against "sparse text" on the set (docs/grounding.md,
 "Speed"): its layout analysis is the cheaper part, and as many labels were found."""
 SEAM = 48
-"""Half the rows two halves read at once share (pixels of the image): the tallest text
+"""Half the rows two strips read at once share (pixels of the image): the tallest text
 line read whole."""
+STRIPS = 2
+"""The strips the whole monitor is read as, with two Tesseracts (agent.grounding.strips):
+each is kept by its pixels, so a step that changed one part of the screen reads only the
+strips it touches. Two (the halves): the reading the sets were measured with
+(docs/grounding.md, "Speed")."""
 NO_DICTIONARIES = {"load_system_dawg": "0", "load_freq_dawg": "0"}
 """Tesseract's word lists not loaded: on the set every label found the same, a reading
 about a twentieth faster (docs/grounding.md, "Speed"). Labels are not dictionary words."""
-KEEP_READINGS = 16
+KEEP_READINGS = 64
 """The last readings kept, by their pixels: a step retried on a screen that has not
-changed (and its second looks) is not read again (docs/grounding.md, "Speed")."""
+changed (and its second looks) is not read again, nor the parts a search reads again
+(a dialog, a band, unread ink: up to dozens) that the step before read and did not
+change (docs/grounding.md, "Speed"). A reading is a few kilobytes of words."""
 CONTENT_MARGIN = 24
 """Pixels of background kept around a screen's content when its blank margins are not
 read."""
@@ -87,11 +95,13 @@ class TesseractReader:
     last ``keep`` readings are kept by their pixels' digest and given again for the same
     pixels. ``variables``: Tesseract variables set at load, over ``NO_DICTIONARIES``.
 
-    With ``workers`` 2 (a machine with two cores or more), a tall image is read as two
-    halves at once, one Tesseract each (it leaves Python's lock while it recognises). The
-    halves overlap by ``2 * SEAM`` rows, and each keeps only the lines whose middle is on
-    its side of the cut: a line up to ``SEAM`` pixels high is whole in the half that keeps
-    it, and a line cut by a half's edge is on the other side (docs/grounding.md, "Speed").
+    With ``workers`` 2 (a machine with two cores or more), a tall image is read as
+    ``strips`` strips, two at once, one Tesseract each (it leaves Python's lock while it
+    recognises). Strips overlap by ``2 * SEAM`` rows, and each keeps only the lines whose
+    middle is its own: a line up to ``SEAM`` pixels high is whole in the strip that keeps
+    it, and a line cut by a strip's edge is another's. The last ``keep * strips`` strips
+    are kept by their pixels: a screen changed in one part reads only the strips that
+    part touches (docs/grounding.md, "Speed").
     """
 
     name = "tesseract"
@@ -99,6 +109,7 @@ class TesseractReader:
     def __init__(self, langs: str = DEFAULT_LANGS, tessdata: str | None = None,
                  upscale: float = UPSCALE, workers: int | None = None,
                  keep: int = KEEP_READINGS, crop_blank: bool = False,
+                 strips: int = STRIPS,
                  variables: dict[str, str] | None = None, psm: str = PSM,
                  resample: Image.Resampling = Image.Resampling.BICUBIC) -> None:
         try:
@@ -128,7 +139,12 @@ class TesseractReader:
         self.variables = settings
         self.crop_blank = crop_blank
         self.readings = 0
-        """How many images Tesseract has read (a reading given again is not counted)."""
+        """How many images Tesseract has read (a reading given again is not counted, nor
+        an image whose every strip was kept)."""
+        self.strips = strips
+        self.strips_read = 0
+        """How many strips of whole images Tesseract has read."""
+        self._strips = KeptStrips(keep * strips)
         self.langs = langs
         self.workers = len(self._apis)
         self.version = tesserocr.tesseract_version().split()[1]
@@ -141,7 +157,7 @@ class TesseractReader:
         if not self.keep:
             return self._read_content(grey)
         # Same pixels, same words: Tesseract is deterministic.
-        key = _key(grey)
+        key = pixel_key(grey)
         with self._lock:
             kept = self._recall(key)
         if kept is not None:
@@ -158,7 +174,7 @@ class TesseractReader:
         if self._pool is None or self.crop_blank or len(greys) < 2 \
                 or any(g.height >= 4 * SEAM for g in greys):
             return [self.read(g) for g in greys]
-        keys = [_key(g) for g in greys]
+        keys = [pixel_key(g) for g in greys]
         with self._lock:
             out = [self._recall(key) for key in keys]
             todo = [i for i, words in enumerate(out) if words is None]
@@ -214,19 +230,37 @@ class TesseractReader:
                 for w in words]
 
     def _read_whole(self, grey: Image.Image) -> list[Word]:
+        """With two Tesseracts, ``grey`` read as ``strips`` strips (agent.grounding.strips),
+        the two taking the next strip to read in turn; a strip whose pixels were read
+        before is not read again."""
         with self._lock:
-            self.readings += 1
-            if self._pool is None or grey.height < 4 * SEAM:
+            parts = strips(grey.height, self.strips, SEAM) if self._pool else []
+            if len(parts) < 2:
+                self.readings += 1
                 return self._read(self._apis[0], grey, 0, 0, grey.height)
-            cut = grey.height // 2
-            top = self._pool.submit(self._read, self._apis[0],
-                                    grey.crop((0, 0, grey.width, cut + SEAM)), 0, 0, cut)
-            bottom = self._read(self._apis[1], grey.crop((0, cut - SEAM, grey.width,
-                                                          grey.height)),
-                                cut - SEAM, cut, grey.height)
-            upper = top.result()
-        lines = 1 + max((w.line for w in upper), default=-1)
-        return upper + [replace(w, line=w.line + lines) for w in bottom]
+            keys = strip_keys(grey, parts)
+            found = [self._strips.recall(key) if self.keep else None for key in keys]
+            todo = [i for i, words in enumerate(found) if words is None]
+            self.readings += bool(todo)
+            self.strips_read += len(todo)
+            queue = iter(todo)  # next() on it is atomic under Python's lock
+            assert self._pool is not None
+            other = self._pool.submit(self._read_strips, self._apis[0], grey, parts, queue)
+            mine = self._read_strips(self._apis[1], grey, parts, queue)
+            for i, words in [*other.result(), *mine]:
+                found[i] = words
+                if self.keep:
+                    self._strips.remember(keys[i], words)
+        return join([words or [] for words in found])
+
+    def _read_strips(self, api: Any, grey: Image.Image, parts: Sequence[Strip],
+                     queue: Iterator[int]) -> list[tuple[int, list[Word]]]:
+        out = []
+        for i in queue:
+            p = parts[i]
+            out.append((i, self._read(api, grey.crop((0, p.top, grey.width, p.bottom)),
+                                      p.top, p.own_from, p.own_to)))
+        return out
 
     def _read(self, api: Any, grey: Image.Image, dy: int, keep_from: int,
               keep_to: int) -> list[Word]:
@@ -271,6 +305,6 @@ class TesseractReader:
                 api.End()
 
 
-def _key(grey: Image.Image) -> tuple[tuple[int, int], bytes]:
+def pixel_key(grey: Image.Image) -> tuple[tuple[int, int], bytes]:
     """What tells two images' pixels apart: their size and a digest of their bytes."""
     return grey.size, hashlib.blake2b(grey.tobytes(), digest_size=16).digest()

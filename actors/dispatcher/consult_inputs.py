@@ -35,9 +35,11 @@ MAX_PENDING_VERDICTS = 4
 """Steps a replay may run ahead of their loop verdicts (only actions without input can)."""
 VERDICT_PENDING = "verdict_pending"
 """A claim's answer while a loop verdict is pending: not refused, ask again."""
-CLAIM_RETRY_S = 0.005
-"""... after this long, twice as long each time (the agent's side): a verdict takes about a
-broker round trip, a GUI action hundreds of milliseconds."""
+CLAIM_RETRY_S = 0.001
+"""... after this long, twice as long each time (the agent's side). A verdict takes about a
+broker round trip, a GUI action hundreds of milliseconds; the claim of a step dispatched at
+once (its monitor found by the agent, steps.dispatch) often comes while its predecessor's
+verdict is a fraction of a round trip away: asking again soon costs a claim, later a step."""
 
 
 def observe(tx: Tx, r: ReplayState, entry: InFlightEntry, report: ActionReport) -> None:

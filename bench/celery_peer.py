@@ -14,7 +14,7 @@ step has no claim, no monitor, no durable state: it is the floor such a team sta
 Rounds alternate (broker round-trip block, our replay, Celery's steps) so that the noise of
 a shared machine hits all three alike. Needs ``redis-server`` (Debian's) and the ``bench``
 extra (``pip install -e .[bench]``: celery, redis); says so and stops without them.
-Target (issue 31): ours at most half of Celery's p50.
+Target: ours at most half of Celery's p50.
 """
 
 from __future__ import annotations

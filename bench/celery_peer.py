@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
           "steps each side, back to back")
     print(row("broker round trip (echo worker)", rtts))
     print(row(f"ours: report -> {end}", ours_all))
-    print(row("Celery + Redis: task end -> next start", theirs))
+    print(row("Celery + Redis: end -> next start", theirs))
     ratio = pct(ours_all, 50) / pct(theirs, 50)
     print(f"  ours / Celery p50: {ratio:.2f}x (target <= {TARGET:g}x: "
           f"{verdict(ratio <= TARGET)}); ours / round trip p50: "

@@ -172,6 +172,12 @@ class Actor:
         """
         return self.deferred.submit(req, work, then)
 
+    def answer_held(self, req: Incoming, reply: Message) -> None:
+        """Answer ``req``, whose handler returned :class:`Deferred` to hold it, with the
+        replies of this turn (after its end_turn)."""
+        self._replies.append((self.workers[req.worker], Request(client=req.client, body=[]),
+                              encode(reply, req.id)))
+
     def _deliver_deferred(self) -> None:
         """On the loop: send every finished deferred reply."""
         for done in self.deferred.finished():

@@ -28,7 +28,8 @@ from messages.dispatch import DispatchAction, InputPerformed
 class EffectsLog:
     """Append-only JSON lines ``{replay_id, action_id, attempt_id, type, machine_id, at,
     monitor}``: ``monitor`` is the dispatch's monitor resolution's ``reason`` or ``source``
-    (``router_unavailable`` when the monitor router did not answer), or null."""
+    (``router_unavailable`` when the monitor router did not answer), ``agent_routes`` when
+    this agent found the monitor itself (docs/screens-and-pauses.md), or null."""
 
     def __init__(self, path: str | Path, machine_id: str) -> None:
         self.path = Path(path)
@@ -47,7 +48,8 @@ class EffectsLog:
             "type": dispatch.action.type,
             "machine_id": self.machine_id,
             "at": time.time(),
-            "monitor": None if resolution is None else resolution.reason or resolution.source,
+            "monitor": "agent_routes" if dispatch.agent_routes else (
+                None if resolution is None else resolution.reason or resolution.source),
         }, ensure_ascii=False) + "\n"
         with self._lock:
             os.write(self._fd, line.encode())

@@ -16,9 +16,11 @@ with the replays. Target: overhead p50 <= 5x the broker round trip p50.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,6 +67,23 @@ def run_replay(t: Tree, host: Host, agent: BenchAgent, steps: int, action: str,
     agent.report_sent_at = None  # the last report of a replay is followed by no dispatch
 
 
+@contextlib.contextmanager
+def one_agent(t: Tree, name: str, action: str) -> Iterator[tuple[Host, BenchAgent]]:
+    """A bench agent on ``t``, its hello answered and a warm-up replay served (not counted)."""
+    ctx: zmq.Context[object] = zmq.Context()
+    agent = BenchAgent(ctx, t.endpoint, name)
+    host = Host([agent], t.check)
+    try:
+        if not host.run_until(lambda: agent.settled, 30):
+            raise RuntimeError("the dispatcher did not answer the hello")
+        run_replay(t, host, agent, 20, action, 60)
+        agent.overheads.clear()
+        yield host, agent
+    finally:
+        host.close()
+        ctx.term()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,23 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     with tree(keep=args.keep) as t:
         t.echo_worker()
         meter = CpuMeter(t.pids())
-        ctx: zmq.Context[object] = zmq.Context()
-        agent = BenchAgent(ctx, t.endpoint, "bench-turnaround")
-        host = Host([agent], t.check)
-        try:
-            if not host.run_until(lambda: agent.settled, 30):
-                raise RuntimeError("the dispatcher did not answer the hello")
-            run_replay(t, host, agent, 20, args.action, 60)  # warm-up, not counted
-            agent.overheads.clear()
+        with one_agent(t, "bench-turnaround", args.action) as (host, agent):
             for _ in range(args.rounds):
                 block = broker_round_trips(t.endpoint, args.round_trips, body)
                 before = len(agent.overheads)
                 run_replay(t, host, agent, args.steps, args.action, 120, meter)
                 rtts += block
                 ratios.append(pct(agent.overheads[before:], 50) / pct(block, 50))
-        finally:
-            host.close()
-            ctx.term()
     overheads = agent.overheads
     ratio = pct(overheads, 50) / pct(rtts, 50)
     print(f"turnaround: 1 bench agent, {args.rounds} replays x {args.steps} no-op "
@@ -118,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{pct(overheads, 99) / pct(rtts, 99):.1f}x; per round: median "
           f"{statistics.median(ratios):.1f}x, {min(ratios):.1f}x to {max(ratios):.1f}x")
     print(f"  CPU per step in the tree: {meter.per_step(args.rounds * args.steps)}")
+    if args.action in INPUT_TYPES:
+        print(f"  claims answered 'not yet' (a loop verdict pending), asked again: "
+              f"{agent.not_yet}")
     return 0
 
 

@@ -29,6 +29,11 @@ class DispatchAction(Message, type_name="action.dispatch"):
     attempt_id: str
     dispatch_meta: DispatchMeta
     monitor_resolution: MonitorResolution | None = None
+    agent_routes: bool = False
+    """The agent finds the action's monitor itself, by the monitor router's rule
+    (:func:`workflow.monitors.route`) on its own screen at the moment of the action, and says
+    which in its report (``ActionReport.monitor_resolution``): the dispatcher did not ask the
+    router (docs/screens-and-pauses.md, "Monitor routing")."""
     supersedes: list[str] = Field(default_factory=list)
     """Action ids of the same replay that this dispatch redoes, each of which may or may not
     have run (a step given up by the watchdog, then resumed): one step with this one. The
@@ -39,9 +44,12 @@ class DispatchAction(Message, type_name="action.dispatch"):
     def _omit_empty_supersedes(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Sent only when set: an agent older than the field (models forbid extra keys) keeps
         # taking every other dispatch from a newer dispatcher.
+        # So is agent_routes: an older agent refuses a dispatch that sets it (no input).
         data = handler(self)
         if not self.supersedes and isinstance(data, dict):
             data.pop("supersedes", None)
+        if not self.agent_routes and isinstance(data, dict):
+            data.pop("agent_routes", None)
         return data
 
 
@@ -163,13 +171,16 @@ class ActionReport(Message, type_name="action.report"):
     output_value: str | None = Field(None, max_length=10_000)
     """A ``read_text`` step: the text read where the step looks (also when it does not fit
     the step's pattern), judged again by the dispatcher (docs/protocol.md, "Outputs")."""
+    monitor_resolution: MonitorResolution | None = None
+    """The monitor the agent found for a dispatch it routed itself
+    (``DispatchAction.agent_routes``)."""
 
     @model_serializer(mode="wrap")
     def _omit_unknowns(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Sent only when known: a dispatcher older than the fields keeps taking the reports.
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("site", "input_performed", "output_value"):
+            for name in ("site", "input_performed", "output_value", "monitor_resolution"):
                 if getattr(self, name) is None:
                     data.pop(name, None)
         return data

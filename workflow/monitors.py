@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from messages.monitor import Monitor
+from messages.monitor import (
+    COMPOSITE,
+    MAX_MONITORS,
+    Monitor,
+    MonitorResolution,
+    MonitorSource,
+)
 
 
 def find_recorded(monitors: Sequence[Monitor], index: int | None,
@@ -38,3 +45,50 @@ def find_recorded(monitors: Sequence[Monitor], index: int | None,
     return None
 
 
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where an action runs, by the monitor router's rule (:func:`route`): the resolution,
+    and which of the rule's warnings it took (each is a bus event where it is applied)."""
+
+    target: MonitorResolution
+    invalid_index: bool = False
+    """The action names a monitor no workstation has: the composite, and a refusal."""
+    recorded_unavailable: bool = False
+    """The action's recorded monitor is not among the current ones: the focused one (or the
+    composite) stands in, where the agent still refuses a blind position."""
+
+
+def _target(monitor: Monitor, source: MonitorSource, reason: str | None) -> MonitorResolution:
+    return MonitorResolution(idx=monitor.idx, offset_x=monitor.x, offset_y=monitor.y,
+                             w=monitor.w, h=monitor.h, source=source, reason=reason)
+
+
+def _composite(reason: str) -> MonitorResolution:
+    return COMPOSITE.model_copy(update={"reason": reason})
+
+
+def route(monitors: Sequence[Monitor], focus: int | None, index: int | None,
+          recorded: Monitor | None) -> Route:
+    """The monitor router's rule for one action (``index``, ``recorded``: its
+    ``monitor_index`` and ``monitor_geometry``) on a screen known now (``monitors``, the
+    ``focus`` idx), applied alike by the router to an agent's last heartbeat and by the agent
+    to its own screen at the moment of the action (docs/screens-and-pauses.md): no monitors
+    → the composite; a monitor the action names, found again (:func:`find_recorded`); not
+    found → the focused one; the composite when there is no focus."""
+    if not monitors:
+        return Route(_composite("no_geometry"))
+    if index is not None and not 0 <= index < MAX_MONITORS:
+        return Route(_composite("invalid_index"), invalid_index=True)
+    reason: str | None = None
+    if index is not None or recorded is not None:
+        found = find_recorded(monitors, index, recorded)
+        if found is not None:
+            return Route(_target(found[0], "action", found[1]))
+        reason = "recorded_monitor_unavailable"
+    focused = next((m for m in monitors if m.idx == focus), None)
+    unavailable = reason is not None
+    if focused is not None:
+        return Route(_target(focused, "focus", reason), recorded_unavailable=unavailable)
+    return Route(_composite(reason or "no_focus"), recorded_unavailable=unavailable)

@@ -64,9 +64,24 @@ def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
     tx.audit("report_received", status=status, sender_machine=sender_machine,
              report=msg.model_dump(mode="python"))
     if r is not None and entry is not None and status == "accepted":
+        _routed(tx, r, msg)
         apply_report(tx, r, entry, _judged_read(tx, r, entry, msg, read))
     return tx.done(ReportAck(action_id=msg.action_id, attempt_id=msg.attempt_id,
                              status=status))
+
+
+def _routed(tx: Tx, r: ReplayState, msg: ActionReport) -> None:
+    """The monitor an agent found itself (``DispatchAction.agent_routes``): the bus events
+    the monitor router gives for its own answers (docs/screens-and-pauses.md)."""
+    res = msg.monitor_resolution
+    if res is None:
+        return
+    ids = {**who(r, msg.action_id), "by": "agent"}
+    if res.reason == "invalid_index":
+        tx.event(events.MONITOR_INVALID_INDEX, **ids)
+    elif res.reason == "recorded_monitor_unavailable":
+        tx.event(events.MONITOR_UNAVAILABLE, **ids, fallback=res.source)
+    tx.event(events.MONITOR_ROUTED, **ids, **res.model_dump(mode="json"))
 
 
 def _hidden(r: ReplayState, msg: ActionReport) -> list[str]:

@@ -8,9 +8,9 @@ Loop verdicts are *pipelined*. After an accepted report the step is shown to the
 detector and the next action is dispatched at once, without waiting for the verdict: the
 detector's round trip stays off the path of every step. What a verdict must stop is input
 to the workstation, and every input action is claimed by the agent before it runs
-(agent_inputs.claim): while a verdict is pending the claim is answered "not yet"
-(:data:`VERDICT_PENDING`, ``retry_in_s``) and the agent asks again. (Not held unanswered: a
-Majordomo worker serves one request at a time, holding one would stop the dispatcher.) A
+(agent_inputs.claim): while a verdict is pending the claim is held and answered when it
+comes (held_claims.py, a few at a time), else answered "not yet" (:data:`VERDICT_PENDING`,
+``retry_in_s``) and the agent asks again. A
 verdict that says "loop" pauses the replay, and the pause withdraws the action in flight
 if it is an input action, which was then never granted: it goes back to the head of the
 queue and runs on resume (steps.withdraw). An action without input (``wait``,
@@ -35,9 +35,11 @@ MAX_PENDING_VERDICTS = 4
 """Steps a replay may run ahead of their loop verdicts (only actions without input can)."""
 VERDICT_PENDING = "verdict_pending"
 """A claim's answer while a loop verdict is pending: not refused, ask again."""
-CLAIM_RETRY_S = 0.005
-"""... after this long, twice as long each time (the agent's side): a verdict takes about a
-broker round trip, a GUI action hundreds of milliseconds."""
+CLAIM_RETRY_S = 0.001
+"""... after this long, twice as long each time (the agent's side). A verdict takes about a
+broker round trip, a GUI action hundreds of milliseconds; the claim of a step dispatched at
+once (its monitor found by the agent, steps.dispatch) often comes while its predecessor's
+verdict is a fraction of a round trip away: asking again soon costs a claim, later a step."""
 
 
 def observe(tx: Tx, r: ReplayState, entry: InFlightEntry, report: ActionReport) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from loguru import logger
 
-from actors.base import Actor, Incoming, MachineOf, caller_of
+from actors.base import Actor, Deferred, Incoming, MachineOf, caller_of
 from actors.dispatcher import rules
 from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.core import DispatcherCore
@@ -44,6 +44,7 @@ from actors.dispatcher.effects import (
     UntrackInFlight,
 )
 from actors.dispatcher.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
+from actors.dispatcher.held_claims import HeldClaims
 from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.state import DispatcherConfig
@@ -145,6 +146,8 @@ class DispatcherActor(Actor):
         # a standby waits here, no worker registered, until it leads (election.py).
         self.store = _open_store(settings)
         super().__init__(settings)
+        # Half the connections at most: the others stay for reports and people.
+        self._held_claims: HeldClaims[Incoming] = HeldClaims(self.worker_connections // 2)
         # On PostgreSQL the store's session is a lease.LeaseDb (pg_store.PgDb).
         self.leadership = (Leadership(settings, self, cast("LeaseDb", self.store.db))
                            if settings.database_url else None)
@@ -174,9 +177,7 @@ class DispatcherActor(Actor):
             m.model_copy(update={"machine_id": r.identity or m.machine_id}), time.time())))
         self.handle(ActionReport, self.on_report)
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
-        self.handle(ClaimAttempt,
-                    lambda m, r: self.core.claim(m, r.agent or m.machine_id,
-                                                 time.time()).reply)
+        self.handle(ClaimAttempt, self.on_claim)
         self.handle(ActionProgress,
                     lambda m, r: self._apply(self.core.progress(m, r.agent or m.machine_id,
                                                                 time.time())))
@@ -248,6 +249,9 @@ class DispatcherActor(Actor):
         base sends the turn's replies after this). A failed commit stops the process: the
         core's memory is ahead of the disk, and nothing of the turn may go out; the
         supervisor restarts us from what is on disk (docs/durability.md)."""
+        # Held claims whose verdict came (or whose replay paused) this turn: their replies
+        # go with the turn's, after its commit.
+        self._held_claims.answer(self._claim_now, self.answer_held)
         if not self.store.staged:
             return
         try:
@@ -395,6 +399,15 @@ class DispatcherActor(Actor):
                                        time.time())
         # A verdict or a route lets the replay run on: the hot path, as a report is.
         self._apply(decision)
+
+    def on_claim(self, msg: ClaimAttempt, req: Incoming) -> Message:
+        """The core's answer; a "not yet" is held until the verdict (held_claims.py)."""
+        sender = req.agent or msg.machine_id
+        reply = self._claim_now(msg, sender)
+        return Deferred() if self._held_claims.hold(req, msg, sender, reply) else reply
+
+    def _claim_now(self, msg: ClaimAttempt, sender: str) -> Message:
+        return self.core.claim(msg, sender, time.time()).reply
 
     def _receipt(self, action_id: str, attempt_id: str) -> Callable[
             [Envelope[Message] | None, CallFailed | None], None]:

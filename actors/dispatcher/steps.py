@@ -18,7 +18,14 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.state import PAUSED, Awaiting, InFlightEntry, PauseInfo, ReplayState
+from actors.dispatcher.state import (
+    PAUSED,
+    Awaiting,
+    DispatcherConfig,
+    InFlightEntry,
+    PauseInfo,
+    ReplayState,
+)
 from messages import events
 from messages.base import Message
 from messages.dispatch import DispatchAction
@@ -114,11 +121,20 @@ def drop_awaiting(r: ReplayState) -> None:
 
 
 def dispatch(tx: Tx, r: ReplayState, action: Action) -> None:
-    """Dispatch ``action``, once the monitor router has said on which monitor."""
-    if tx.config.monitor_router and action.type in SCREEN_TYPES:
-        ask(tx, r, "route", action)
-    else:
-        dispatch_now(tx, r, action, None)
+    """Dispatch ``action`` at once: a screen action's monitor is found by the agent, with the
+    monitor router's rule, on its screen as it is at the moment of the action
+    (:func:`agent_routes`); the router is not asked on the way."""
+    dispatch_now(tx, r, action, None)
+
+
+def agent_routes(config: DispatcherConfig, e: InFlightEntry) -> bool:
+    """Whether the agent finds the monitor of the attempt in flight itself: monitor routing on,
+    a screen action, no router answer held (one asked before this rule, kept in flight
+    across an upgrade, is sent as it was). The router's answer follows the agent's own
+    heartbeats, at most a heartbeat old: the agent reads the same screen fresher, so no
+    stale resolution ever picks the monitor (docs/screens-and-pauses.md)."""
+    return (config.monitor_router and e.action.type in SCREEN_TYPES
+            and e.monitor_resolution is None)
 
 
 def dispatch_now(tx: Tx, r: ReplayState, action: Action,
@@ -161,7 +177,8 @@ def send(tx: Tx, r: ReplayState) -> None:
     tx.effects.append(SendToAgent(e.machine_id, DispatchAction(
         replay_id=r.replay_id, session_id=r.session_id, machine_id=e.machine_id,
         action=r.concrete(e.action), attempt_id=e.attempt_id, dispatch_meta=e.meta(),
-        monitor_resolution=resolution, supersedes=list(supersedes))))
+        monitor_resolution=resolution, agent_routes=agent_routes(tx.config, e),
+        supersedes=list(supersedes))))
     info = {**who(r, e.action.action_id), "attempt_id": e.attempt_id,
             "action_type": e.action.type, "resent_count": e.resent_count,
             "resend_reason": e.resend_reason, "monitor_resolution": e.monitor_resolution}

@@ -16,6 +16,9 @@ The cascade, for one action and the agent's last heartbeat:
    - not found (unplugged) → ``lea:monitor_unavailable`` and step 3.
 3. The focused monitor of the last heartbeat (``focus``), else the composite (``no_focus``).
 
+Steps 2 and 3 are :func:`workflow.monitors.route`, the rule the agent also applies to its own
+screen when the dispatcher leaves the monitor to it (``DispatchAction.agent_routes``).
+
 Every resolution is announced as ``lea:monitor_routed``.
 """
 
@@ -34,10 +37,9 @@ from messages.monitor import (
     AgentHeartbeat,
     Monitor,
     MonitorResolution,
-    MonitorSource,
     ResolveMonitor,
 )
-from workflow.monitors import find_recorded
+from workflow.monitors import route
 
 
 class MonitorRouterConfig(BaseSettings):
@@ -71,15 +73,6 @@ class Routed:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
-def _target(monitor: Monitor, source: MonitorSource, reason: str | None) -> MonitorResolution:
-    return MonitorResolution(idx=monitor.idx, offset_x=monitor.x, offset_y=monitor.y,
-                             w=monitor.w, h=monitor.h, source=source, reason=reason)
-
-
-def _composite(reason: str) -> MonitorResolution:
-    return COMPOSITE.model_copy(update={"reason": reason})
-
-
 def resolve(request: ResolveMonitor, agent: AgentScreen | None, now: float,
             ttl_s: float) -> Routed:
     """The monitor ``request``'s action runs on; ``now`` is on the clock of ``received_at``."""
@@ -98,38 +91,22 @@ def resolve(request: ResolveMonitor, agent: AgentScreen | None, now: float,
 def _cascade(request: ResolveMonitor, agent: AgentScreen | None, now: float, ttl_s: float,
              who: dict[str, Any], out: list[tuple[str, dict[str, Any]]]) -> MonitorResolution:
     if agent is None:
-        return _composite("no_heartbeat")
+        return COMPOSITE.model_copy(update={"reason": "no_heartbeat"})
     if now - agent.received_at > ttl_s:
-        return _composite("stale_heartbeat")
-    if not agent.monitors:
-        return _composite("no_geometry")
-    monitors = agent.monitors
+        return COMPOSITE.model_copy(update={"reason": "stale_heartbeat"})
     index, recorded = request.monitor_index, request.monitor_geometry
-    reason: str | None = None
-    if index is not None and not 0 <= index < MAX_MONITORS:
+    routed = route(agent.monitors, agent.monitor_index, index, recorded)
+    if routed.invalid_index:
         out.append((events.MONITOR_INVALID_INDEX, {
-            **who, "monitor_index": index, "monitors": len(monitors),
+            **who, "monitor_index": index, "monitors": len(agent.monitors),
             "detail": f"monitor_index must be 0..{MAX_MONITORS - 1}"}))
-        return _composite("invalid_index")
-    if index is not None or recorded is not None:
-        found = find_recorded(monitors, index, recorded)
-        if found is not None:
-            return _target(found[0], "action", found[1])
-        reason = "recorded_monitor_unavailable"
-        focus = _focused(agent)
+    if routed.recorded_unavailable:
         out.append((events.MONITOR_UNAVAILABLE, {
             **who, "monitor_index": index,
             "monitor_geometry": None if recorded is None else recorded.model_dump(),
-            "monitors": [m.model_dump() for m in monitors],
-            "fallback": "focus" if focus is not None else "composite_fallback"}))
-    focus = _focused(agent)
-    if focus is not None:
-        return _target(focus, "focus", reason)
-    return _composite(reason or "no_focus")
-
-
-def _focused(agent: AgentScreen) -> Monitor | None:
-    return next((m for m in agent.monitors if m.idx == agent.monitor_index), None)
+            "monitors": [m.model_dump() for m in agent.monitors],
+            "fallback": routed.target.source}))
+    return routed.target
 
 
 class MonitorRouterCore:

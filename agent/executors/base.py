@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from agent.effects import EffectsLog
 from messages.dispatch import ActionSite, DispatchAction, InputPerformed
+from messages.monitor import MonitorResolution
 from messages.workflow import TargetSpec
 
 
@@ -44,6 +45,9 @@ class ActionOutcome:
     """Where the input went (foreground window, focus), when the platform can say."""
     output_value: str | None = None
     """A read_text step: what was read (messages/dispatch.py)."""
+    monitor_resolution: MonitorResolution | None = None
+    """The monitor the executor found for a dispatch that left it to the agent
+    (``agent_routes``, desktop_target.routed_here)."""
     input_performed: InputPerformed = "unknown"
     """Set by the executor from its :class:`~agent.effects.InputTracker` once the action is
     over; ``unknown`` until then, so an outcome nobody vouched for is never retried."""
@@ -57,6 +61,7 @@ class ActionOutcome:
         fields = asdict(self)
         fields["target_spec"] = self.target_spec
         fields["site"] = self.site
+        fields["monitor_resolution"] = self.monitor_resolution
         return fields
 
 

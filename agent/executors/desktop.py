@@ -53,6 +53,7 @@ from agent.executors.desktop_target import (
     Area,
     blind_elsewhere,
     resolve_point,
+    routed_here,
     target_area,
 )
 from agent.executors.desktop_text import Resolved, TextSettings
@@ -73,8 +74,9 @@ from agent.grounding.tesseract import OcrUnavailable, TesseractReader
 from agent.screen import geometry
 from agent.screen.capture import CaptureError, Screen, Shot
 from agent.screen.dpi import input_refusal
+from agent.screen.probe import DesktopProbe
 from messages.dispatch import ActionSite, DispatchAction
-from messages.monitor import Monitor
+from messages.monitor import Monitor, MonitorResolution
 from messages.workflow import Action
 
 POINTER = {"click": ("left", 1), "double_click": ("left", 2), "right_click": ("right", 1)}
@@ -104,6 +106,7 @@ class _Effects:
     def __init__(self, dispatch: DispatchAction, log: EffectsLog | None) -> None:
         self.inputs = InputTracker(dispatch, log)
         self.site: ActionSite | None = None
+        self.routed: MonitorResolution | None = None  # found here (desktop_target.routed_here)
 
     def locate(self, area: Area) -> None:
         self.site = action_site(area.rect, geometry.active_window_rect(),
@@ -175,13 +178,13 @@ class DesktopExecutor:
                                  dispatch.action.action_id)
                 outcome = ActionOutcome.failure(
                     f"executor_error:{type(exc).__name__}: {exc}"[:300])
-        return replace(outcome, input_performed=fx.inputs.state)
+        return replace(outcome, input_performed=fx.inputs.state, monitor_resolution=fx.routed)
 
     def _execute(self, dispatch: DispatchAction, fx: _Effects) -> ActionOutcome:
         action = dispatch.action
         if action.type == "pause_for_human":
             return ActionOutcome.failure("unsupported_action_type:pause_for_human")
-        area = self._area(dispatch)
+        area = self._area(dispatch, fx)
         refused = area.error or blind_elsewhere(action, area)
         if refused is not None:  # the router refused the screen, or nobody can find it
             logger.warning("{}: not performed: {}", action.action_id, refused)
@@ -245,11 +248,14 @@ class DesktopExecutor:
             raise CaptureError(area.error)
         return encode_screenshot(self.screen.grab(area.rect).image, self.config), area.idx
 
-    def _area(self, dispatch: DispatchAction) -> Area:
+    def _area(self, dispatch: DispatchAction, fx: _Effects) -> Area:
         res, action = dispatch.monitor_resolution, dispatch.action
         index, recorded = action.monitor_index, action.monitor_geometry
         monitors = []
-        if (index is not None or recorded is not None) and (
+        if dispatch.agent_routes:  # the router's rule on the screen as it is now
+            monitors = geometry.monitors_geometry()
+            res = fx.routed = routed_here(dispatch, monitors, DesktopProbe().focus(monitors)[0])
+        elif (index is not None or recorded is not None) and (
                 res is None or res.idx < 0 or res.w <= 0 or res.h <= 0):
             monitors = geometry.monitors_geometry()
         return target_area(res, index, monitors, self.screen.desktop(), recorded)

@@ -1,6 +1,9 @@
 """Where an action applies on the real desktop: which monitor, then which pixel.
 
-Monitor (``target_area``), obeying the monitor router (docs/screens-and-pauses.md):
+Monitor (``target_area``), obeying the monitor router (docs/screens-and-pauses.md). A
+dispatch that leaves the monitor to the agent (``agent_routes``) gets the router's rule
+applied here, to this screen as it is at the moment of the action (:func:`routed_here`), and
+then the same rule below:
 
 - the dispatch's ``monitor_resolution`` names a monitor (the recorded one, found again by
   geometry, or the focused one): that monitor;
@@ -49,9 +52,10 @@ from agent.executors.desktop_text import (
     by_text,
 )
 from agent.screen.capture import Rect
+from messages.dispatch import DispatchAction
 from messages.monitor import MAX_MONITORS, Monitor, MonitorResolution
 from messages.workflow import INPUT_TYPES, Action, TargetSpec
-from workflow.monitors import find_recorded
+from workflow.monitors import find_recorded, route
 
 TEMPLATE = "template"
 POSITION = "position"
@@ -76,6 +80,17 @@ class Area:
     source: str
     reason: str | None = None
     error: str | None = None
+
+
+def routed_here(dispatch: DispatchAction, monitors: Sequence[Monitor],
+                focus: int | None) -> MonitorResolution | None:
+    """The resolution to obey: the dispatcher's, or, when it leaves the monitor to the agent,
+    the router's rule on ``monitors`` and the ``focus`` idx read now: fresher than any
+    heartbeat the router could have had, so never a resolution older than the screen."""
+    if not dispatch.agent_routes:
+        return dispatch.monitor_resolution
+    action = dispatch.action
+    return route(monitors, focus, action.monitor_index, action.monitor_geometry).target
 
 
 def target_area(resolution: MonitorResolution | None, monitor_index: int | None,

@@ -22,7 +22,12 @@ from PIL import Image, ImageDraw, ImageFont
 
 from agent.effects import EffectsLog, InputTracker
 from agent.executors.base import ActionOutcome
-from agent.executors.desktop_target import MONITOR_UNAVAILABLE, blind_elsewhere, target_area
+from agent.executors.desktop_target import (
+    MONITOR_UNAVAILABLE,
+    blind_elsewhere,
+    routed_here,
+    target_area,
+)
 from agent.executors.identity import Unreadable, check_identity
 from agent.executors.read_text import read_output
 from agent.executors.scenario import CRASH_EXIT_CODE, Behaviour, DesktopSpec, Scenario
@@ -30,7 +35,7 @@ from agent.executors.window_guard import title_after
 from agent.screen.geometry import number_monitors
 from agent.screen.raw_monitor import RawMonitor
 from messages.dispatch import DispatchAction
-from messages.monitor import Monitor
+from messages.monitor import Monitor, MonitorResolution
 from messages.outputs import ReadText
 from messages.workflow import INPUT_TYPES, Action
 from workflow.identity import IdentityCheck
@@ -242,7 +247,17 @@ class SimulatedExecutor:
 
     def execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
         with self._lock:
-            return self._execute(dispatch, effects)
+            outcome = self._execute(dispatch, effects)
+        if dispatch.agent_routes:  # say which monitor this agent found (desktop_target.py)
+            outcome = replace(outcome, monitor_resolution=self._routed(dispatch))
+        return outcome
+
+    def _routed(self, dispatch: DispatchAction) -> MonitorResolution | None:
+        """The resolution obeyed: the dispatcher's, or the router's rule on the simulated
+        monitors and the scenario's focus (desktop_target.routed_here)."""
+        focus = self.scenario.desktop.focused_monitor
+        return routed_here(dispatch, self.monitors,
+                           focus if any(m.idx == focus for m in self.monitors) else None)
 
     def _execute(self, dispatch: DispatchAction, effects: EffectsLog | None) -> ActionOutcome:
         action = dispatch.action
@@ -283,7 +298,7 @@ class SimulatedExecutor:
         """The desktop executor's monitor rule (desktop_target.py) on the simulated monitors:
         a monitor the action names that cannot be found is not stood in for."""
         action = dispatch.action
-        area = target_area(dispatch.monitor_resolution, action.monitor_index, self.monitors,
+        area = target_area(self._routed(dispatch), action.monitor_index, self.monitors,
                            (0, 0, WIDTH, HEIGHT), action.monitor_geometry)
         refused = area.error or blind_elsewhere(action, area)
         if refused is None or action.type == "pause_for_human":

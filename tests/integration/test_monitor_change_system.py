@@ -9,7 +9,10 @@ and nowhere else: when it is gone, no input at all, and the replay waits for a p
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,35 @@ def test_an_agent_that_cannot_list_its_monitors_acts_on_no_named_monitor(
         assert abs(click["x"] - 800) <= 2 and abs(click["y"] - 450) <= 2
     finally:
         target.close()
+
+
+def test_the_agent_finds_the_recorded_screen_itself_with_the_router_frozen(
+        xdisplay: XDisplayFactory, spawn: Spawn, lea_env: dict[str, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dispatcher does not ask the monitor router on a click's way: the agent applies the
+    router's rule to its own screen at the moment of the action (docs/screens-and-pauses.md).
+    With the router frozen, the renumbered recorded screen is still the one clicked, and the
+    effects log says the agent routed it (a dispatcher that asked would have waited for the
+    router and sent ``router_unavailable``); the report names the monitor found."""
+    display = xdisplay(RECORDED, window_manager=True)
+    second = recorded_second_screen(display, monkeypatch)
+    relayout(display, RECORDED, [(1920, 1080, 1280, 0), (1280, 1024, 0, 0)])
+    right = Target(display, tmp_path, "Dossier patient", 1500, 100)
+    try:
+        system, effects = start(spawn, lea_env, tmp_path, display)
+        frozen = system.kill("monitor_router", signal.SIGSTOP)
+        try:
+            spot = (right.canvas[0] + 200, right.canvas[1] + 150)
+            rid = system.start(workflow(click_on_recorded(second, *spot)), "ws1")
+            system.wait_status(rid, "completed", timeout=90)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # its supervisor may have ended it
+                os.kill(frozen, signal.SIGCONT)
+        (click,) = right.events("click")
+        assert abs(click["x"] - spot[0]) <= 2 and abs(click["y"] - spot[1]) <= 2
+        assert [e["monitor"] for e in inputs(effects)] == ["agent_routes"]
+        (report,) = reports(system, rid)
+        routed = report["body"]["monitor_resolution"]
+        assert (routed["idx"], routed["offset_x"], routed["source"]) == (0, 1280, "action")
+    finally:
+        right.close()

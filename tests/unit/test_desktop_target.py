@@ -8,11 +8,19 @@ import io
 import pytest
 from PIL import Image, ImageDraw
 
+from actors.monitor_router.core import AgentScreen, resolve
 from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_frames import encode_screenshot, screen_changed
-from agent.executors.desktop_target import point_at_pct, resolve_point, target_area
-from messages.monitor import COMPOSITE, Monitor, MonitorResolution
-from messages.workflow import TargetSpec
+from agent.executors.desktop_target import (
+    blind_elsewhere,
+    point_at_pct,
+    resolve_point,
+    routed_here,
+    target_area,
+)
+from messages.dispatch import DispatchAction, DispatchMeta
+from messages.monitor import COMPOSITE, Monitor, MonitorResolution, ResolveMonitor
+from messages.workflow import Action, TargetSpec
 
 # A monitor left of the primary (Windows): negative origin.
 MONITORS = [Monitor(idx=0, x=0, y=0, w=1920, h=1080, primary=True),
@@ -198,3 +206,45 @@ def test_a_recorded_position_is_not_placed_on_the_focus_fallback() -> None:
     assert blind_elsewhere(at, focus) is not None
     assert blind_elsewhere(anchor, focus) is None and blind_elsewhere(keys, focus) is None
     assert blind_elsewhere(at, Area(1, (1920, 0, 2560, 1440), "action", None)) is None
+
+
+def _routed_dispatch(index: int | None, recorded: Monitor | None = None) -> DispatchAction:
+    action = Action.model_validate({
+        "action_id": "s1", "type": "click", "monitor_index": index,
+        "monitor_geometry": None if recorded is None else recorded.model_dump(),
+        "target_spec": {"x_pct": 0.5, "y_pct": 0.5}})
+    return DispatchAction(replay_id="r1", session_id="s", machine_id="m1", action=action,
+                          attempt_id="a1", dispatch_meta=DispatchMeta(first_dispatched_at=0.0),
+                          agent_routes=True)
+
+
+@pytest.mark.parametrize(("index", "recorded", "focus"), [
+    (1, None, 0), (None, None, 1), (None, None, None), (7, None, 0), (0, MONITORS[1], 0),
+    (None, Monitor(idx=1, x=5000, y=0, w=800, h=600), 0),
+    (None, Monitor(idx=1, x=5000, y=0, w=800, h=600), None)])
+def test_an_agent_that_routes_applies_the_routers_rule_to_its_own_screen(
+        index: int | None, recorded: Monitor | None, focus: int | None) -> None:
+    """The resolution an agent finds for a dispatch left to it is the router's answer for a
+    fresh heartbeat of the same screen: one rule, applied where the screen is read."""
+    dispatch = _routed_dispatch(index, recorded)
+    heartbeat = AgentScreen("m1", tuple(MONITORS), focus, None, 0.0, 0.0)
+    request = ResolveMonitor(machine_id="m1", action_id="s1", action_type="click",
+                             monitor_index=index, monitor_geometry=recorded)
+    assert routed_here(dispatch, MONITORS, focus) == resolve(request, heartbeat, 0.0,
+                                                             10.0).target
+
+
+def test_an_agent_that_routes_never_puts_a_recorded_position_on_another_screen() -> None:
+    gone = Monitor(idx=1, x=5000, y=0, w=800, h=600)
+    dispatch = _routed_dispatch(1, gone)
+    res = routed_here(dispatch, MONITORS, 0)
+    assert res is not None and (res.idx, res.reason) == (0, "recorded_monitor_unavailable")
+    area = target_area(res, 1, MONITORS, DESKTOP, gone)
+    assert blind_elsewhere(dispatch.action, area) is not None  # monitor_unavailable: no input
+    # No monitors listed: a named monitor is refused, never the composite.
+    res = routed_here(dispatch, [], None)
+    assert target_area(res, 1, [], DESKTOP, gone).error is not None
+    # A dispatch the router answered for is obeyed as it came.
+    held = MonitorResolution(idx=0, offset_x=0, offset_y=0, w=1920, h=1080, source="action")
+    plain = dispatch.model_copy(update={"agent_routes": False, "monitor_resolution": held})
+    assert routed_here(plain, MONITORS, 1) == held

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from actors.dispatcher import steps
 from actors.dispatcher.consult import LOOP_DETECTED
 from actors.dispatcher.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
 from actors.dispatcher.effects import Consult, Decision, Notify, TrackInFlight
@@ -44,6 +45,17 @@ def answer(h: H, rid: str, reply: object, error: str | None = None) -> Decision:
     return h.do(h.core.consulted(rid, token, reply, error, h.now))  # type: ignore[arg-type]
 
 
+def routing(h: H, rid: str) -> None:
+    """Put the action in flight back to waiting for the monitor router, as a replay stored
+    before the agents found their monitors themselves would be."""
+    tx = h.core.book.begin(h.now)
+    r = h.replay(rid)
+    action = h.cur(rid).action
+    steps.untrack(tx, r)
+    steps.ask(tx, r, "route", action)
+    h.do(tx.done(Ack(status="applied")))
+
+
 def claim(h: H, rid: str) -> ClaimReply:
     """The agent claims the attempt in flight."""
     e = h.cur(rid)
@@ -60,57 +72,54 @@ def claim_of(h: H, rid: str, dispatch: DispatchAction) -> ClaimReply:
     return reply
 
 
-def test_a_screen_action_waits_for_its_monitor_then_carries_it() -> None:
+def test_a_screen_action_is_dispatched_at_once_and_the_agent_finds_its_monitor() -> None:
     h = H(DispatcherConfig(monitor_router=True))
     rid, d = h.start(wf(act("s1")))
-    (c,) = consults(d)
-    assert c.service == "monitor_router" and isinstance(c.message, ResolveMonitor)
-    assert c.message.machine_id == "m1" and c.message.action_id == "s1"
-    assert sent(d) == [] and h.status(rid).current_action_id is None
-    d = answer(h, rid, SCREEN2)
+    assert consults(d) == [] and h.replay(rid).awaiting is None
     (dispatch,) = sent(d)
-    assert dispatch.monitor_resolution == SCREEN2
-    assert event(d, events.ACTION_DISPATCHED)["monitor_resolution"]["idx"] == 1
-    # A resend carries the same resolution.
+    assert dispatch.agent_routes and dispatch.monitor_resolution is None
+    assert event(d, events.ACTION_DISPATCHED)["monitor_resolution"] is None
+    # A resend leaves it to the agent as well.
     (again,) = sent(h.resend(rid))
-    assert again.monitor_resolution == SCREEN2 and again.attempt_id != dispatch.attempt_id
+    assert again.agent_routes and again.attempt_id != dispatch.attempt_id
+    # Without monitor routing, and for an action off the screen, the agent is not asked to.
+    _, d = H(DispatcherConfig(monitor_router=False)).start(wf(act("s1")))
+    assert not sent(d)[0].agent_routes
+    _, d = h.start(wf(act("w", "wait")), machine="m2")
+    assert not sent(d)[0].agent_routes
 
 
-def test_no_router_answer_dispatches_on_the_composite_and_says_so() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
-    rid, _ = h.start(wf(act("s1")))
-    d = answer(h, rid, None, "timeout: no reply")
-    (dispatch,) = sent(d)
-    assert dispatch.monitor_resolution is not None
-    assert (dispatch.monitor_resolution.source, dispatch.monitor_resolution.reason) == (
-        "composite_fallback", "router_unavailable")
-    assert event(d, events.CONSULT_MISSED)["kind"] == "route"
-
-
-def test_waits_and_pauses_are_not_routed() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
-    _, d = h.start(wf(act("w", "wait")))
-    assert consults(d) == [] and len(sent(d)) == 1
-
-
-def test_a_stale_answer_changes_nothing() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
-    rid, _ = h.start(wf(act("s1")))
-    d = h.do(h.core.consulted(rid, "not-the-token", SCREEN2, None, h.now))
-    assert d.reply == Ack(status="stale") and d.effects == [] and not d.changed
-    assert h.replay(rid).awaiting is not None
-
-
-def test_an_operator_pause_while_routing_puts_the_action_back_and_resume_asks_again() -> None:
+def test_the_monitor_an_agent_found_is_announced_as_the_router_announces_its_own() -> None:
     h = H(DispatcherConfig(monitor_router=True))
     rid, _ = h.start(wf(act("s1"), act("s2")))
-    token = h.replay(rid).awaiting.token  # type: ignore[union-attr]
-    h.do(h.core.pause(rid, "operator", "stop", h.now))
-    assert h.status(rid).queue_head == ["s1", "s2"]
-    assert h.do(h.core.consulted(rid, token, SCREEN2, None, h.now)).effects == []
-    d = h.resume(rid)
-    (c,) = consults(d)
-    assert isinstance(c.message, ResolveMonitor) and c.message.action_id == "s1"
+    focus = SCREEN2.model_copy(update={"source": "focus",
+                                       "reason": "recorded_monitor_unavailable"})
+    d = h.report(rid, monitor_resolution=focus)
+    routed = event(d, events.MONITOR_ROUTED)
+    assert (routed["idx"], routed["source"], routed["by"]) == (1, "focus", "agent")
+    assert routed["action_id"] == "s1" and routed["machine_id"] == "m1"
+    assert event(d, events.MONITOR_UNAVAILABLE)["fallback"] == "focus"
+    d = h.report(rid, monitor_resolution=SCREEN2)
+    assert event(d, events.MONITOR_ROUTED)["source"] == "action"
+    assert events.MONITOR_UNAVAILABLE not in topics(d)
+
+
+def test_a_route_asked_before_the_agent_routed_is_asked_again_and_carried() -> None:
+    """A replay stored while it waited for the router (before the agents found their
+    monitors themselves) asks the router again at the start, and dispatches its answer."""
+    h = H(DispatcherConfig(monitor_router=True))
+    rid, _ = h.start(wf(act("s1"), act("s2")))
+    h.report(rid)
+    routing(h, rid)
+    h2 = H(DispatcherConfig(monitor_router=True), state=h.core.state, first_id=100)
+    (c,) = consults(h2.do(h2.core.recover(h2.now)))
+    assert isinstance(c.message, ResolveMonitor) and c.message.action_id == "s2"
+    d = h2.do(h2.core.consulted(rid, "not-the-token", SCREEN2, None, h2.now))
+    assert d.reply == Ack(status="stale") and d.effects == [] and not d.changed
+    (dispatch,) = sent(answer(h2, rid, SCREEN2))
+    assert dispatch.monitor_resolution == SCREEN2 and not dispatch.agent_routes
+    (again,) = sent(h2.resend(rid))
+    assert again.monitor_resolution == SCREEN2 and not again.agent_routes
 
 
 def test_pause_for_human_asks_safety_checks_then_pauses_with_its_checklist() -> None:
@@ -255,12 +264,7 @@ def test_no_verdict_in_time_lets_the_replay_go_on_with_an_event() -> None:
     assert claim(h, rid) == ClaimReply(granted=True)
 
 
-def test_recovery_asks_a_pending_route_again_and_skips_a_lost_verdict() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
-    rid, _ = h.start(wf(act("s1")))
-    h2 = H(DispatcherConfig(monitor_router=True), state=h.core.state, first_id=100)
-    (c,) = consults(h2.do(h2.core.recover(h2.now)))
-    assert isinstance(c.message, ResolveMonitor) and c.message.action_id == "s1"
+def test_recovery_skips_a_lost_verdict() -> None:
     h = H(DispatcherConfig(loop_detector=True))
     rid, _ = h.start(wf("s1", "s2"))
     h.report(rid)

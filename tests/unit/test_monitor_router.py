@@ -11,12 +11,12 @@ from actors.monitor_router.core import (
     AgentScreen,
     MonitorRouterConfig,
     MonitorRouterCore,
-    find_recorded,
     resolve,
 )
 from messages import events
 from messages.monitor import MAX_MONITORS, AgentHeartbeat, Monitor, ResolveMonitor
 from messages.workflow import Action, SetupSpec
+from workflow.monitors import find_recorded
 
 TTL = 10.0
 NOW = 1000.0

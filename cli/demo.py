@@ -161,11 +161,8 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = F
     echo.start()
     client = SyncClient(demo.control_mdp_endpoint)
     try:
-        deadline = time.monotonic() + 30
-        while not all(ping_service(client, s, 0.5)["status"] == "ok" for s in ACTORS):
-            if time.monotonic() > deadline:
-                print("error: the tree did not come up in 30 s", file=sys.stderr)
-                return 1
+        if not tree_answers(client):
+            return 1
         print(f"All six actors answer. Replaying {workflow.workflow_id} "
               f"({len(workflow.actions)} steps):")
         if console_port:
@@ -185,6 +182,17 @@ def run(settings: Settings, workflow_path: Path = EXAMPLE, ollama_stub: bool = F
         stop_all(procs)
         if stub is not None:
             stub.stop()
+
+
+def tree_answers(client: SyncClient, within_s: float = 30) -> bool:
+    """Wait until every actor answers a ping; False (and why, on stderr) if not in time."""
+    deadline = time.monotonic() + within_s
+    while not all(ping_service(client, s, 0.5)["status"] == "ok" for s in ACTORS):
+        if time.monotonic() > deadline:
+            print(f"error: the tree did not come up in {within_s:g} s", file=sys.stderr)
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -17,9 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from actors import ACTORS
-from cli.demo import _free_endpoint, stop_all
-from cli.ping import ping_service
+from cli.demo import _free_endpoint, stop_all, tree_answers
 from messages.queue import QueueReply, ShowQueue
 from runtime.settings import Settings, settings_env
 from transport.client import CallFailed, SyncClient
@@ -55,11 +53,8 @@ def run(settings: Settings) -> int:
             env=env, cwd=ROOT))
     client = SyncClient(demo.control_mdp_endpoint)
     try:
-        deadline = time.monotonic() + 30
-        while not all(ping_service(client, s, 0.5)["status"] == "ok" for s in ACTORS):
-            if time.monotonic() > deadline:
-                print("error: the tree did not come up in 30 s", file=sys.stderr)
-                return 1
+        if not tree_answers(client):
+            return 1
         time.sleep(2)  # the agents say they are there (agent.available)
         queue = [sys.executable, "run.py", "--data-dir", str(data_dir), "queue"]
         for args in (["create", "admissions", "--workflow", str(WORKFLOW), "--pool", "demo",

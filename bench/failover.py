@@ -19,8 +19,10 @@ for your own): each tree's actors reach only their own broker, and each kill is 
 active tree's broker (its supervisor restarts it). Besides the time to the second input,
 each round prints when the inputs came back at their normal pace (the first input from
 which :data:`PACE_RUN` steps in a row each took at most :data:`PACE_SLACK` x the floor's
-p90 step) and how many clicks after the kill went without the monitor router's answer
-(``router_unavailable``).
+p90 step) and how many clicks after the kill went without a monitor resolution
+(``router_unavailable``): none should, as the agent finds a click's monitor itself
+(docs/screens-and-pauses.md); the count stays as a guard against a dispatcher that asks the
+router again.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ class ActionSite(Message):
     """Where an action acted, as the agent knows it, in fractions of the screenshot area
     (the point itself is ``actual_position``): the foreground window, and where keyboard
     input goes (the caret, else the focused control, else the focus window: X11 says no
-    finer). The loop detector judges progress there first (README, "The loop detector")."""
+    finer). The loop detector judges progress there first (docs/loop-detection.md)."""
 
     window: Box | None = None
     focus: Box | None = None

@@ -15,7 +15,7 @@ window) as fractions of the screenshot (messages/dispatch.py ``ActionSite``). Fr
   where its hover highlight comes and goes (``pointer_spots``).
 
 Unknown (no point, no site): the whole screen is judged as before (screen_history.py).
-Box sizes are fractions of the screenshot (README, "The loop detector").
+Box sizes are fractions of the screenshot (docs/loop-detection.md).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def test_retry_threshold_fires_when_set_below_the_dispatchers_retries(
 def test_with_the_default_retry_threshold_the_dispatcher_pauses_first(
         spawn: Spawn, lea_env: Env, tmp_path: Path) -> None:
     """With the default (3) the dispatcher pauses the step first, with the more precise
-    cause (README, "The loop detector")."""
+    cause (docs/loop-detection.md)."""
     system = System(spawn, lea_env, tmp_path)
     ready_agent(system, "L6", scenario=FAILING)
     rid = system.start(workflow(*steps(4)), "L6")

@@ -1,4 +1,4 @@
-"""What follows the pointer (README, "The loop detector"; screen_history.py): after a click
+"""What follows the pointer (docs/loop-detection.md; screen_history.py): after a click
 that moved the pointer, a faint change at the spots under its previous and new positions
 is the hover highlight leaving one control for another, not progress; a mark drawn there
 (a tick, a selected row) still is.

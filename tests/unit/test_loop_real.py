@@ -36,7 +36,7 @@ def first_pauses() -> list[tuple[str, int | None, int | None, str]]:
 
 
 LATE = {"busy-key_noop", "busy-hover_toolbar"}
-"""Stuck sequences paused a capture after N, and why (README, "The loop detector"): a
+"""Stuck sequences paused a capture after N, and why (docs/loop-detection.md): a
 caret's first blink after a key; a busy desktop's first changes at a replay's first step.
 Any other is a regression (``top`` renewing from the first step is no longer late)."""
 

@@ -12,31 +12,9 @@ by a plain function of the handler module named beside each method (``agent_inpu
 ``control_inputs``, ``watchdog_inputs``, ``consult_inputs``), made of the steps of
 ``steps``.
 
-Decisions (see also docs/architecture.md, "The life of an action"):
-
-- One action in flight per session. Replays of one session run one after the other in
-  start order: a later one stays ``running`` with nothing dispatched until every earlier one
-  of its session has finished; a paused earlier replay keeps the session (its screen belongs
-  to the person answering the pause).
-- In flight is keyed by attempt_id (globally unique); action ids are unique per replay only.
-- Reports: only the machine the action was sent to (transport sender *and* body) may report
-  it, else ErrorReply ``wrong_machine``, recorded, no change. A report of the in-flight
-  action with another attempt is ``stale``; of an accepted action ``duplicate``; of an
-  abandoned one ``stale``; anything else ``unknown``.
-- A report with ``success`` and a pause signal (wrong_window...) completes the step and
-  pauses before the next one (resume does not redo it); a failure with a signal pauses and
-  resume redoes the step as ``{base}_resume``. Resuming a pause_for_human resolves that step.
-- Resends on agent hello / dispatcher restart count in ``dispatch_meta.resent_count`` but not
-  in ``InFlight.resent_count``, the watchdog's give-up budget, which counts orphan resends only.
-- Nothing sets ``failed`` by itself: every dead end pauses for a person, who resumes or
-  cancels. Cancelled at a pause a failure caused (:data:`rules.FAILURE_REASONS`), the replay
-  ends ``failed``; cancelled while running or at a pause nothing went wrong for
-  (``user_request``, ``operator``), ``cancelled``.
-- Resuming a step the watchdog gave up (``orphan_max_resends``, ``dead_client``): nobody
-  knows whether it ran, and its abandoned copies may still reach the agent. The
-  ``{base}_resume`` carries ``supersedes``, the step's abandoned ids, so that the agent's
-  ledger makes one step of them all. Other pauses come from a report: the step is known not
-  to have taken effect, or a person decided to redo it; nothing to supersede.
+The rules it decides (one action in flight per session, which report is applied, retries,
+resends, pauses, resumes, how a replay ends) are written once, in docs/architecture.md, "The
+life of an action"; "Who decides each rule" there names the function deciding each.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The actors' settings, checked once before the tree starts (README: settings).
+"""The actors' settings, checked once before the tree starts (docs/operations.md, "Settings").
 
 Every actor reads its own variables when it starts; a value it cannot take would only show
 as a child crash-looping (or, for the loop detector, a warning and the default). Here the

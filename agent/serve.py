@@ -60,7 +60,7 @@ class Intake:
                  stopping: Callable[[], bool], claim: Claim | None = None,
                  instance_id: str | None = None) -> None:
         self.ledger = ledger
-        self.instance_id = instance_id  # named in every receipt (messages.ActionReceived)
+        self.instance_id = instance_id  # named in every receipt (messages.dispatch.ActionReceived)
         self.machine_id = machine_id
         self.service = service
         self._execute = execute

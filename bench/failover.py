@@ -13,13 +13,13 @@ backup show a dead host (nothing restarts it before the failover); the primary's
 restarts it at once, and the backup takes over on hearing it restart (sooner than the
 expiry).
 
-``--whole-trees``: as on two servers (README, "Running on two servers"), a whole tree on
-each side, the primary's and the backup's, on one throwaway PostgreSQL (``--database-url``
-for your own): each tree's actors reach only their own broker, and each kill is of the
-active tree's broker (its supervisor restarts it). Besides the time to the second input,
-each round prints when the inputs came back at their normal pace (the first input from
-which :data:`PACE_RUN` steps in a row each took at most :data:`PACE_SLACK` x the floor's
-p90 step) and how many clicks after the kill went without a monitor resolution
+``--whole-trees``: as on two servers (docs/two-servers.md, "Running on two servers"), a whole
+tree on each side, the primary's and the backup's, on one throwaway PostgreSQL
+(``--database-url`` for your own): each tree's actors reach only their own broker, and each kill
+is of the active tree's broker (its supervisor restarts it). Besides the time to the second
+input, each round prints when the inputs came back at their normal pace (the first input from
+which :data:`PACE_RUN` steps in a row each took at most :data:`PACE_SLACK` x the floor's p90
+step) and how many clicks after the kill went without a monitor resolution
 (``router_unavailable``): none should, as the agent finds a click's monitor itself
 (docs/screens-and-pauses.md); the count stays as a guard against a dispatcher that asks the
 router again.
@@ -161,9 +161,9 @@ class LoneBackup:
 
 
 class WholeTrees:
-    """A whole tree on each side (README, "Running on two servers"), one PostgreSQL; each
-    tree's actors reach only their own broker. Kills the active tree's broker (restarted by
-    its supervisor), the primary's and the backup's in turn."""
+    """A whole tree on each side (docs/two-servers.md, "Running on two servers"), one
+    PostgreSQL; each tree's actors reach only their own broker. Kills the active tree's broker
+    (restarted by its supervisor), the primary's and the backup's in turn."""
 
     def __init__(self, args: argparse.Namespace, tmp: Path, database_url: str) -> None:
         self.a, self.b = (f"tcp://127.0.0.1:{free_port()}" for _ in "ab")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Failover time across two servers (README, "Running on two servers"). Needs root.
+"""Failover time across two servers (docs/two-servers.md, "Running on two servers"). Needs root.
 
 The hosts of examples/two-servers/ as network namespaces on this machine
 (tests/integration/two_servers.py): PostgreSQL on its own host, a whole tree on each server

@@ -13,9 +13,9 @@ Built on any machine that reaches the package registries (Linux included), nothi
   (the settings' defaults, ``[lea]`` table), both from cli/installer.py, which also makes
   the folder into ``lea-agent-setup.exe`` (``--setup FILE``).
 
-The downloads are cached (``--cache``, default ``$XDG_CACHE_HOME/lea-bundle``) under a key
-made of what was asked, so a second build only copies. The README's "Install the agent on a
-Windows workstation" says what to do with the installer.
+The downloads are cached (``--cache``, default ``$XDG_CACHE_HOME/lea-bundle``) under a key made
+of what was asked, so a second build only copies. docs/windows-agent.md, "Install the agent on a
+Windows workstation", says what to do with the installer.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"built {bundle.root}" + (f" and {args.setup}" if args.setup else "")
-          + ": README, \"Install the agent on a Windows workstation\"")
+          + ": docs/windows-agent.md, \"Install the agent on a Windows workstation\"")
     return 0
 
 

@@ -1,8 +1,8 @@
 """``lea-agent-setup.exe``: the agent folder as one installer a desktop team can deploy.
 
-Built on Linux with NSIS (Debian's ``nsis``: ``makensis``) by ``python -m cli.bundle --out
-DIR --setup FILE``; README, "Install the agent on a Windows workstation", says what it does
-and its parameters. In short, per user and without administrator rights:
+Built on Linux with NSIS (Debian's ``nsis``: ``makensis``) by ``python -m cli.bundle --out DIR
+--setup FILE``; docs/windows-agent.md says what it does and its parameters. In short, per user
+and without administrator rights:
 
 - the program in ``%LOCALAPPDATA%\\Programs\\Lea Agent`` (``/D=`` another), its data in
   ``%LOCALAPPDATA%\\Lea`` (:data:`DATA_LAYOUT`), kept across upgrades and uninstalls unless
@@ -43,9 +43,9 @@ class InstallerError(RuntimeError):
 
 
 LAUNCHER = r"""@echo off
-rem Lea workstation agent, installed by lea-agent-setup.exe (README, "Install the agent on a
-rem Windows workstation"). Its command line: %LOCALAPPDATA%\Lea\agent.args (one argument a
-rem line); the log-on task "Lea agent" starts it windowless.
+rem Lea workstation agent, installed by lea-agent-setup.exe (docs/windows-agent.md in the
+rem project). Its command line: %LOCALAPPDATA%\Lea\agent.args (one argument a line); the
+rem log-on task "Lea agent" starts it windowless.
 rem   lea-agent status    is it running, its server link, its monitors, its last action
 rem   lea-agent start     start the task now          lea-agent stop   stop it
 rem   lea-agent console   run it in this window instead (Ctrl-C stops it), to watch it
@@ -72,8 +72,8 @@ exit /b %errorlevel%
 """
 
 CONFIG = """\
-# Settings of the Lea agent on this workstation (every setting: the README's settings
-# table); its command line (machine id, broker, keys) is agent.args, beside this file.
+# Settings of the Lea agent on this workstation (every setting: docs/operations.md,
+# "Settings"); its command line (machine id, broker, keys) is agent.args, beside this file.
 [lea]
 log_level = "INFO"
 """
@@ -355,7 +355,7 @@ TASK_XML = f"""<?xml version="1.0" encoding="UTF-16"?>
 (the default stops it after 72 h), on battery (a laptop on a ward trolley), the logon
 trigger repeated every :data:`RESTART_EVERY` with ``IgnoreNew`` (``RestartOnFailure`` only
 covers a start that fails, not a process that crashes later), the person's interactive
-session with their rights (a service's session 0 sees no desktop: README)."""
+session with their rights (a service's session 0 sees no desktop: docs/windows-agent.md)."""
 
 
 def nsis_script(source: Path, out: Path, compress: bool = True) -> str:

@@ -9,7 +9,7 @@ sign-in must wait. Pure decisions, except the password hashing (argon2id, argon2
   recommended setting); a hash made with older parameters is replaced at the next sign-in.
 - Failed sign-ins are counted per account name and per client address over a window: past
   the limit, the next attempt waits until the oldest failure leaves the window, and the
-  password is not even checked (see docs in the README's console section).
+  password is not even checked (docs/console.md, "Who is at the console").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tree's Prometheus metrics (README "Metrics", docs/operations.md): what they count, and
+"""The tree's Prometheus metrics (docs/metrics.md, docs/operations.md): what they count, and
 how each fact becomes a number. Pure: no sockets, no clock of its own (callers pass
 ``now``, monotonic); console/scrape.py feeds it and serves ``/metrics``.
 

@@ -84,7 +84,7 @@ scrape = APIRouter(tags=["metrics"])
     401: {"description": "No token, or a wrong one (login_required)"},
     403: {"description": "Not from this machine (no token configured on the server)"}})
 async def metrics(console: Annotated[ConsoleState, Depends(state_of)]) -> Response:
-    """The tree's metrics for Prometheus (README "Metrics"). Async: read in the event loop,
+    """The tree's metrics for Prometheus (docs/metrics.md). Async: read in the event loop,
     the only thread that changes them."""
     return Response(generate_latest(console.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -171,7 +171,8 @@ class CancelReplay(ByPerson, type_name="replay.cancel"):
 
 
 class ReplayCancelled(Message, type_name="replay.cancelled"):
-    """``failed`` when cancelled at a pause a failure caused (README: An action's life)."""
+    """``failed`` when cancelled at a pause a failure caused (docs/architecture.md, "The life of
+    an action")."""
 
     status: Literal["cancelled", "failed"] = "cancelled"
     replay_id: str

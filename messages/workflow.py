@@ -265,7 +265,7 @@ class Workflow(_Strict):
         seen: dict[str, int] = {}
         for i, action in enumerate(self.actions):
             if action.action_id in seen:
-                # Same notation as the field errors (cli/workflow_cmd.describe): actions[i].
+                # Same notation as the field errors (cli/workflow_cmd.py: ``describe``): actions[i].
                 raise ValueError(f"actions[{i}].action_id {action.action_id!r} is not unique"
                                  f" (also actions[{seen[action.action_id]}])")
             seen[action.action_id] = i

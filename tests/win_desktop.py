@@ -3,7 +3,8 @@
 ``win_desk`` (a session fixture) -> :class:`WinDesk`:
 
 - an X server with two real monitors: Xorg with the ``dummy`` driver, one screen and two
-  RandR outputs placed with xrandr (Xvfb cannot place monitors; README, "Real screens").
+  RandR outputs placed with xrandr (Xvfb cannot place monitors; docs/windows-agent.md, "The
+  Windows tests, under Wine").
   Wine makes the RandR primary its ``\\\\.\\DISPLAY1`` at (0, 0), 1920x1080, and the other
   output, left of it, ``\\\\.\\DISPLAY2`` at **(-1280, 0)**, 1280x1024;
 - a WINEPREFIX of its own (its DPI is changed, and its desktop lives on that X server; the

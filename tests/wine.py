@@ -4,7 +4,7 @@ What is run is what is shipped: the agent folder built by ``cli/bundle.py`` (emb
 CPython 3.11, win_amd64 wheels, the agent's code) from this checkout, once per test session,
 plus one piece of test infrastructure beside ``python.exe``: ``bcryptprimitives.dll``
 (``tests/fixtures/bcryptprimitives.c``, built with mingw-w64), which Wine 8 lacks and real
-Windows has. How to use it: README, "The Windows tests, under Wine".
+Windows has. How to use it: docs/windows-agent.md, "The Windows tests, under Wine".
 
 Fixtures (registered by tests/integration/conftest.py; session-scoped unless said):
 
@@ -277,7 +277,7 @@ def wine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wine]:
 
 @pytest.fixture(scope="session")
 def agent_bundle(wine: Wine, tmp_path_factory: pytest.TempPathFactory) -> WineBundle:
-    """Installed as the README says, under a folder like ``C:\\Program Files\\…``: with a
+    """Installed as docs/windows-agent.md says, under a folder like ``C:\\Program Files\\…``: with a
     space and accents in its path (the launcher's ``%~dp0``, the keys, the default ledger)."""
     where = tmp_path_factory.mktemp("bundle") / "Program Files" / "Léa Santé" / "lea-agent"
     where.parent.mkdir(parents=True)

@@ -170,7 +170,8 @@ def start_xdisplay(monitors: Sequence[MonitorSpec], window_manager: bool = False
             mm_w, mm_h = round(w * 25.4 / 96), round(h * 25.4 / 96)  # 96 dpi
             name = f"{'*' if i == 0 else ''}MON{i + 1}"
             _xrandr(display, "--setmonitor", name, f"{w}/{mm_w}x{h}/{mm_h}+{x}+{y}", "none")
-        # Without this screeninfo sees one monitor (display-facts.md).
+        # Without turning Xvfb's one output off (and setting the framebuffer's size),
+        # screeninfo sees one monitor, not the RandR monitors set above.
         if randr:
             _xrandr(display, "--output", "screen", "--off", "--fb", f"{width}x{height}")
         if window_manager:

@@ -2,8 +2,9 @@
 
 :class:`ReplayBook` is the one owner of the replays and of the indexes kept beside them;
 :class:`Tx` (from :meth:`ReplayBook.begin`) collects what one input changes: the replays to
-write, the effects to perform. Every handler (``reports``, ``commands``, ``watchdog_inputs``,
-``consult_inputs``) and every step (``steps``) receives the ``Tx`` explicitly.
+write, the effects to perform. Every handler module (``agent_inputs``, ``control_inputs``,
+``watchdog_inputs``, ``consult_inputs``, ``queue_inputs``) and every step (``steps``)
+receives the ``Tx`` explicitly.
 """
 
 from __future__ import annotations

@@ -177,8 +177,8 @@ def end(tx: Tx, r: ReplayState, operator: str | None, **by: object
         ) -> Literal["cancelled", "failed"]:
     """End the active replay ``r`` (a cancel): purged, then the next of its session goes."""
     pause_reason = r.pause.reason if r.status == PAUSED and r.pause is not None else None
-    # ``failed``: a person ended it at a pause a failure caused (README, "An action's
-    # life"); ``cancelled``: stopped while running or at a pause nothing went wrong for.
+    # ``failed``: a person ended it at a pause a failure caused (docs/architecture.md, "The life
+    # of an action"); ``cancelled``: stopped while running or at a pause nothing went wrong for.
     outcome: Literal["cancelled", "failed"] = (
         "failed" if pause_reason in rules.FAILURE_REASONS else "cancelled")
     if r.status == PAUSED:

@@ -1,5 +1,5 @@
-"""Invariants I1-I6 (docs/architecture.md; origin: spec 03) and of our ordering, checked over the
-core's state.
+"""Invariants I1-I6 (docs/architecture.md, "The contract's named rules") and of our ordering,
+checked over the core's state.
 
 Explicit ``raise`` rather than ``assert`` so that ``python -O`` does not silence them.
 """

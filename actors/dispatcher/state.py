@@ -28,7 +28,8 @@ PAUSED: Literal["paused_need_help"] = "paused_need_help"
 class DispatcherConfig:
     """Business limits of the core (the watchdog's timers live in the watchdog)."""
 
-    max_retries_per_action: int = 3  # MAX_RETRIES_PER_ACTION (origin: spec 03)
+    # MAX_RETRIES_PER_ACTION: retries of a failure whose input did not go out.
+    max_retries_per_action: int = 3
     dead_client_count: int = 2  # give-ups ...
     dead_client_period_s: float = 60.0  # ... within this period on one session pause it
     max_finished_replays: int = 1000  # finished replays kept in memory for status queries

@@ -82,7 +82,8 @@ class LlmClient(Protocol):
 
 def build_prompt(action: Action, context: ReplayContext, declared: list[SafetyCheck],
                  max_checks: int) -> str:
-    """The prompt (origin: spec 01): the screen, the workflow's message, the checks already asked.
+    """The prompt (docs/screens-and-pauses.md, "Safety checks at a pause"): the screen, the
+    workflow's message, the checks already asked.
 
     In French, like everything the supervisor reads; the checks' labels come back to them.
     """

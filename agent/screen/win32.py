@@ -182,7 +182,7 @@ def foreground() -> tuple[bool, str | None]:
     No foreground window is what a program on the person's desktop sees while the UAC
     secure desktop or the lock screen is up (they live on another desktop); a title that
     cannot be read (empty, or another integrity level refusing WM_GETTEXT) is treated the
-    same by the executor (README, "Real screens")."""
+    same by the executor (docs/screens-and-pauses.md, "Fail closed before input")."""
     user32 = _user32()
     user32.GetForegroundWindow.restype = ctypes.c_void_p
     hwnd = user32.GetForegroundWindow()

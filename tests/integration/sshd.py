@@ -72,7 +72,8 @@ def start_sshd(spawn: Spawn, tmp: Path, forward_port: int) -> Sshd:
     _keygen(host_key)
     _keygen(client_key)
     authorized = base / "authorized_keys"
-    # As the README advises: this key may forward to the broker's port and do nothing else.
+    # As docs/remote-agents.md advises: this key may forward to the broker's port and do nothing
+    # else.
     authorized.write_text(f'restrict,port-forwarding,permitopen="127.0.0.1:{forward_port}" '
                           + client_key.with_suffix(".pub").read_text())
     port = free_port()

@@ -1,13 +1,14 @@
-"""Issue 15 point 4: every agent proves who it is, whatever the path, and the actors' services
+"""Every agent proves who it is, whatever the path, and the actors' services
 are the tree's alone.
 
-A real sshd on 127.0.0.1 lets agents forward to the broker's CURVE port only (as the README's
-``authorized_keys`` line does); inside the tunnel each agent speaks CURVE with its own key.
-Checked: an agent holding WS12's key that says it is WS13 is refused (``worker_refused`` at
-the broker, ``wrong_machine`` at the dispatcher), both refusals are in the audit trail, and
-nothing of WS13 changes; a hand-made peer (plain pyzmq, RFC 18 frames) that sends READY for
-``dispatcher`` or ``audit_log`` through that tunnel, or on the plain loopback endpoint, is
-refused and recorded, and real requests to those services all reach the real actors.
+A real sshd on 127.0.0.1 lets agents forward to the broker's CURVE port only (as the
+``authorized_keys`` line of docs/remote-agents.md does); inside the tunnel each agent speaks
+CURVE with its own key. Checked: an agent holding WS12's key that says it is WS13 is refused
+(``worker_refused`` at the broker, ``wrong_machine`` at the dispatcher), both refusals are in
+the audit trail, and nothing of WS13 changes; a hand-made peer (plain pyzmq, RFC 18 frames) that
+sends READY for ``dispatcher`` or ``audit_log`` through that tunnel, or on the plain loopback
+endpoint, is refused and recorded, and real requests to those services all reach the real
+actors.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The agent as a real process behind a real broker (edge cases c, d, g, k
-and invariants C1-C5 of the transport contract, origin: spec 03; docs/architecture.md).
+"""The agent as a real process behind a real broker (edge cases c, d, g, k and invariants C1-C5
+of the transport contract, docs/architecture.md, "The contract's named rules").
 
 The dispatcher here is a plain ``dispatcher`` worker written in the test: it records every
 request it gets and answers hellos, and reports only when told to, so the test decides when

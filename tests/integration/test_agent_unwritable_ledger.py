@@ -1,8 +1,8 @@
 """Issue 13, bad input: a ledger folder on a full or read-only disk.
 
 The agent must refuse to start, with a clear message, rather than serve actions it could not
-record as started first (README "An action's life"). Real file systems: a tiny tmpfs filled
-to the last byte, and one remounted read-only (mounting needs root, as in CI).
+record as started first (docs/architecture.md, "The life of an action"). Real file systems: a
+tiny tmpfs filled to the last byte, and one remounted read-only (mounting needs root, as in CI).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""A broker pair with a whole tree on each side, as on two servers (README, "Running on two
-servers"): the primary's tree and the backup's, one PostgreSQL, each tree's actors reaching
-only their own broker. kill -9 of the active tree's broker during replays, the primary's then
-the backup's (each restarted by its supervisor): every replay completes, every input is
-performed exactly once, the brokers are never active at once, and no click after a takeover
-goes without the monitor router's answer (``router_unavailable``): the actors of the side
-that was passive serve as soon as their broker does (transport/worker.py, a passive
+"""A broker pair with a whole tree on each side, as on two servers (docs/two-servers.md,
+"Running on two servers"): the primary's tree and the backup's, one PostgreSQL, each tree's
+actors reaching only their own broker. kill -9 of the active tree's broker during replays, the
+primary's then the backup's (each restarted by its supervisor): every replay completes, every
+input is performed exactly once, the brokers are never active at once, and no click after a
+takeover goes without the monitor router's answer (``router_unavailable``): the actors of the
+side that was passive serve as soon as their broker does (transport/worker.py, a passive
 broker's DISCONNECT; docs/operations.md, "A broker pair")."""
 
 from __future__ import annotations

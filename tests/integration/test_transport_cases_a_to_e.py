@@ -1,5 +1,5 @@
-"""The transport contract's edge cases a-e (origin: spec 03 §5; docs/architecture.md) on the
-real tree (`python run.py`) and real agents.
+"""The transport contract's edge cases a-e (docs/architecture.md, "The contract's named rules")
+on the real tree (`python run.py`) and real agents.
 
 Each test freezes, kills or steers (scenario file) real processes, then checks what they
 left behind: the dispatcher's reports log, the agent's ledger and its effects log, where

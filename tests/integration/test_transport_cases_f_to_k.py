@@ -1,5 +1,5 @@
-"""The transport contract's edge cases f-k (origin: spec 03 §5; docs/architecture.md) on the
-real tree (`python run.py`) and real agents.
+"""The transport contract's edge cases f-k (docs/architecture.md, "The contract's named rules")
+on the real tree (`python run.py`) and real agents.
 
 Same approach as test_transport_cases_a_to_e.py: real processes, real signals, and the
 dispatcher's reports log, the agents' ledgers and effects logs as evidence.

@@ -1,6 +1,6 @@
-"""The transport contract's edge cases l to u (origin: spec 03 §5; docs/architecture.md) on
-the real system: `python run.py` (broker + actors under the
-supervisor), simulated agents as processes, the CLI as a person runs it.
+"""The transport contract's edge cases l to u (docs/architecture.md, "The contract's named
+rules") on the real system: `python run.py` (broker + actors under the supervisor), simulated
+agents as processes, the CLI as a person runs it.
 
 Our transport is ZeroMQ (MDP/0.2), not HTTP polling / SSE: where a case names HTTP
 machinery, the test exercises its ZeroMQ equivalent and says so. Exactly-once is proven by

@@ -1,4 +1,4 @@
-"""Two servers for real (README, "Running on two servers"), built by
+"""Two servers for real (docs/two-servers.md, "Running on two servers"), built by
 tests/integration/two_servers.py from the example files: in the middle of replays server A's
 link goes down; work resumes through server B, every replay completes, every input is
 performed exactly once. Then A's link comes back: A does not take over while B serves, both

@@ -1,5 +1,5 @@
 """Checks shared by the transport-contract tests (edge cases a-k and C1-C5,
-origin: spec 03; docs/architecture.md).
+docs/architecture.md, "The contract's named rules").
 
 They read what the real processes left behind: the dispatcher's reports log (its SQLite
 store, or PostgreSQL), an agent's on-disk ledger and effects log, its output, and the event bus.

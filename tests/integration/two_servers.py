@@ -3,7 +3,7 @@ examples/two-servers/ as network namespaces (tests/integration/netns.py) on one 
 PostgreSQL on ``db``; each server's whole tree (``python run.py --config``) on ``a`` and
 ``b`` from the example files as they are (only the data folder moved, no console, the tests'
 quick watchdog); agents and the calls of the test or bench on ``ws``
-(README, "Running on two servers")."""
+(docs/two-servers.md, "Running on two servers")."""
 
 from __future__ import annotations
 

@@ -147,7 +147,8 @@ def test_a_report_from_an_agent_for_another_machine_is_refused_and_logged(
     assert isinstance(reply, ErrorReply) and reply.code == "wrong_machine"
     (logged,) = dispatcher.store.reports("r9")
     assert (logged["status"], logged["sender_machine"]) == ("refused", "rogue")
-    # Without CURVE the body's machine_id stands for the sender (README, security).
+    # Without CURVE the body's machine_id stands for the sender (docs/remote-agents.md, "Who may
+    # do what").
     reply = _ask(dispatcher.serve, report, None)
     assert not isinstance(reply, ErrorReply), reply
 

@@ -1,5 +1,5 @@
 """The dispatcher's pure core through every applicable edge case a-u of the
-transport contract (origin: spec 03 §5; docs/architecture.md).
+transport contract (docs/architecture.md, "The contract's named rules").
 
 Every transition goes through ``H.do``, which checks the invariants I1-I6 after it.
 Not applicable at the core level: s (reverse-proxy buffering of SSE: we have no HTTP);

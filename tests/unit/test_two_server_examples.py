@@ -1,6 +1,6 @@
-"""The two servers' example files (examples/two-servers/, README "Running on two servers")
-load, make a pair, and also run side by side on one host: no address, port, data folder or
-tree's door of one is the other's."""
+"""The two servers' example files (examples/two-servers/, docs/two-servers.md, "Running on two
+servers") load, make a pair, and also run side by side on one host: no address, port, data
+folder or tree's door of one is the other's."""
 
 from __future__ import annotations
 

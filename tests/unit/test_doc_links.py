@@ -254,7 +254,8 @@ _TOPS = "|".join(re.escape(t) for t in _TOP)
 # A path into the repository: it starts with a top-level folder, or is a bare file name.
 _PATH = re.compile(rf"(?<![\w./~-])((?:{_TOPS})/[\w*./-]*|[\w-]+\.(?:py|md))(?![\w/-])")
 # A name beside a file: `file.py`: `name`, `file.py` `name`, file.py:name, file.py, ``name``.
-_NAMED = re.compile(r"([\w./-]+\.py)(?:`?(?::\s*|\s+)`{1,2}([A-Za-z_][\w.]*\w)`|:([A-Za-z_]\w*))")
+_NAMED = re.compile(r"([\w./-]+\.py)(?:`?(?:\]\([^)]*\))?(?::\s*|\s+)`{1,2}([A-Za-z_][\w.]*\w)`"
+                    r"|:([A-Za-z_]\w*))")
 _DOTTED = re.compile(rf"(?<![\w./:-])((?:{'|'.join(_PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
 _SECTION = re.compile(r"(README|[\w./-]+\.md)[\])]*(?:\([^)]*\))?,?\s*:?\s*\"([^\"]+)\"")
 _FILE_SUFFIXES = {"py", "md", "log", "args", "sqlite3", "db", "toml", "json", "cmd", "exe", "key"}
@@ -377,6 +378,7 @@ def test_the_checker_catches_what_it_is_for(tmp_path: Path) -> None:
         "cites docs/safety.md": "see docs/safety.md",
         "cites actors/dispatcher/gone.py": "in actors/dispatcher/gone.py",
         "cites agent/outbox.py: nope": "`agent/outbox.py`: `nope`",
+        "cites book.py: Gone": "[`book.py`](../actors/dispatcher/book.py): `Gone`",
         "cites actors.dispatcher.book.Nope": "`actors.dispatcher.book.Nope`",
         "cites actors.dispatcher.renamed": "actors.dispatcher.renamed.decide",
         "cites README, \"No such section\"": "README, \"No such section\"",
@@ -386,7 +388,8 @@ def test_the_checker_catches_what_it_is_for(tmp_path: Path) -> None:
         assert any(expected in p for p in _problems_in(doc, 1, text)), (expected, text)
     for fine in ("`agent/outbox.py`: `backoff`", "actors.dispatcher.book.ReplayBook",
                  "docs/architecture.md, \"Who decides each rule\"", "`agent.hello`",
-                 "tests/integration/test_wine_*.py", "book.py: `Tx`"):
+                 "tests/integration/test_wine_*.py", "book.py: `Tx`",
+                 "[`book.py`](../actors/dispatcher/book.py): `ReplayBook.owner`"):
         assert list(_problems_in(doc, 1, fine)) == [], fine
     page = tmp_path / "page.md"
     page.write_text("# A title, with `code`\n\n[x](#a-title-with-code) [y](#nope) [z](gone.md)\n",

@@ -45,10 +45,6 @@ KNOWN_BROKEN = frozenset({
     "agent/executors/desktop.py: cites README, \"Real screens\": no such heading there",
     "agent/executors/desktop_target.py: cites messages.monitor.find_recorded: find_recorded not "
     "defined in messages/monitor.py",
-    "agent/executors/desktop_text.py: cites docs/grounding.md, \"The anchor must agree\": no "
-    "such heading there",
-    "agent/executors/desktop_text.py: cites docs/grounding.md, \"A second look\": no such "
-    "heading there",
 })
 # Dotted names that are services of the broker, not modules.
 _SERVICES = frozenset({"bench.echo"})
@@ -167,8 +163,11 @@ def _headings(path: Path) -> tuple[tuple[str, ...], frozenset[str]]:
         slug = _slug(title)
         anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
         seen[slug] = seen.get(slug, 0) + 1
-    # A numbered rule's bold lead-in ("8. **Near misses.**") is cited as a section too.
-    titles += re.findall(r"\*\*([^*]+)\*\*", path.read_text(encoding="utf-8"))
+    # A numbered rule's lead-in ("8. **Near misses.**", "7. A second look: ...") is cited as a
+    # section too.
+    text = path.read_text(encoding="utf-8")
+    titles += re.findall(r"\*\*([^*]+)\*\*", text)
+    titles += re.findall(r"^\d+\. ([^:.*\n]+)[:.]", text, re.M)
     return tuple(titles), frozenset(anchors)
 
 

@@ -60,111 +60,53 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from actors.loop_detector.pixel import (
-    DEFAULT_PIXEL,
-    Frame,
-    PixelParams,
-    tile_difference,
-    tile_max,
+from actors.loop_detector.history_records import (
+    DEFAULT_HISTORY,
+    HistoryParams,
+    Judgement,
+    Transition,
+)
+from actors.loop_detector.pixel import DEFAULT_PIXEL, Frame, PixelParams, tile_difference
+from actors.loop_detector.tile_masks import (
+    Mask,
+    as_tiles,
+    blocks_of,
+    box_of,
+    dilate,
+    popcount8,
+    zone,
 )
 
-Mask = npt.NDArray[np.bool_]
-
-_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
-"""Set bits of each byte (numpy < 2 has no bitwise_count)."""
-
-
-def _popcount8(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-    counted: npt.NDArray[np.uint8] = _BITS[values]
-    return counted
+__all__ = ["HistoryParams", "Judgement", "ScreenHistory", "Transition"]
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryParams:
-    memory: int = 16
-    """Transitions remembered per tile; at most 16 (a uint16 register per tile)."""
-    block: int = 5
-    """Block side in tiles (40 screen pixels at 1920x1080)."""
-    hot_changes: int = 2
-    """A block is hot when it changed at this many of the ``hot_window`` transitions before."""
-    hot_window: int = 3
-    big_fraction: float = 0.01
-    """A change to new content over this fraction of the tiles is progress anyway."""
-    big_min: int = 12
-    ambient_reach: int = 1
-    """Tiles around a place seen changing by itself that are ignored too (a second hand
-    or a spinner moves a little between two captures)."""
-    wait_min: int = 16
-    """During a wait, this many changed tiles outside the places that change by themselves
-    are progress (a window or a message appeared)."""
-    window_min: int = 16
-    """After an input, this many tiles of new content in the window acted in, away from
-    where it acted, are progress (a row added to a list below the button)."""
-    trail_tint: int = 32
-    """At the spots under the pointer's previous and new positions, a tile whose pixels
-    moved by at most this many grey levels is the hover highlight following the pointer
-    (a control's face tinted), not a mark drawn: below the faintest typed character
-    (pixel.py), a tick or a selected row."""
+class _Judged:
+    """One transition judged where its step acted (or in a wait, or blind)."""
 
-
-DEFAULT_HISTORY = HistoryParams()
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    serial: int
-    changed: Mask
     progress: bool
+    ambient_now: Mask
+    """Tiles that changed by themselves at this transition (remembered as noise)."""
     at_site: int = -1
-    """Tiles that changed where the action acted, -1 when no site was known (a wait)."""
     ignored: int = 0
-    """Of those (or, in a wait, of all), the tiles ignored: places seen changing by
-    themselves."""
     loose: Mask | None = None
-    """In a wait: the tiles changed away from the places seen changing by themselves."""
-    second_look: bool = False
-    """A wait's progress taken back by the wait after it (``_second_look``), or a renewal
-    away from the window acted in taken back by the transition after it (``_renewed_again``)."""
-    renewed_away: Mask | None = None
-    """Progress only by new content entirely outside the window acted in: those tiles."""
 
 
 @dataclass(frozen=True, slots=True)
-class Judgement:
-    """Why the recent transitions are (not) progress."""
+class _Context:
+    """What the stages of one ``push`` share: the tiles that changed and the history's
+    view of the places that change by themselves."""
 
-    static_run: int
-    """Most recent transitions in a row without progress."""
-    ignored_tiles: int
-    """Tiles that changed during that run (each had changed before: clocks, carets...)."""
-    at_site: int = 0
-    """Of them, tiles where the actions acted (all ignored: seen changing by themselves)."""
-    region: tuple[float, float, float, float] | None = None
-    """The box around the changes ignored during the run, as fractions of the screen."""
-
-
-def dilate(mask: Mask, reach: int) -> Mask:
-    """``mask`` grown by ``reach`` tiles in every direction (a square neighbourhood)."""
-    out = mask.copy()
-    for _ in range(reach):
-        grown = out.copy()
-        grown[1:] |= out[:-1]
-        grown[:-1] |= out[1:]
-        grown[:, 1:] |= grown[:, :-1].copy()
-        grown[:, :-1] |= grown[:, 1:].copy()
-        out = grown
-    return out
-
-
-def _box(mask: Mask) -> tuple[float, float, float, float] | None:
-    rows = np.flatnonzero(mask.any(axis=1))
-    if rows.size == 0:
-        return None
-    cols = np.flatnonzero(mask.any(axis=0))
-    h, w = mask.shape
-    return (round(float(cols[0]) / w, 3), round(float(rows[0]) / h, 3),
-            round(float(cols[-1] + 1 - cols[0]) / w, 3),
-            round(float(rows[-1] + 1 - rows[0]) / h, 3))
+    frame: Frame
+    changed: Mask
+    window: np.uint16
+    """The register bits of the transitions remembered (``memory``, fewer at the start)."""
+    noisy: Mask
+    """Places seen changing by themselves, and the tiles and blocks around them."""
+    hot: Mask
+    """Blocks that changed at ``hot_changes`` of the ``hot_window`` transitions before."""
+    cool: Mask
+    """The tiles of the blocks that are not hot."""
 
 
 class ScreenHistory:
@@ -228,91 +170,127 @@ class ScreenHistory:
         if not self.frames:
             self.frames.append(frame)
             return None
-        level = self.pixel.level
+        ctx = self._context(frame, trail, acted_in)
+        if observation:
+            judged = self._judge_wait(ctx)
+        elif site is not None:
+            judged = self._judge_at_site(ctx, site, novel_only, acted_in)
+        else:
+            judged = self._judge_blind(ctx)
+        last = self.transitions[-1].changed if self.transitions else None
+        if last is not None and last.shape != ctx.changed.shape:
+            last = None
+        renewed, renewed_away = self._renewal(ctx, acted_in, last, judged.progress)
+        if acted_in is not None and not observation:
+            self._renewed_again(ctx.changed, acted_in, self._big(ctx.changed))
+        self._remember(ctx, judged, renewed, renewed_away, last)
+        return self._serial
+
+    # The stages of push ------------------------------------------------------------------
+
+    def _context(self, frame: Frame, trail: Mask | None, acted_in: Mask | None) -> _Context:
+        """The tiles that changed since the last frame (but the pointer's faint trail),
+        and what the registers say of the places that change by themselves."""
         p = self.params
         difference = tile_difference(self.frames[-1], frame, self.pixel)
-        changed: Mask = difference > level
+        changed: Mask = difference > self.pixel.level
         if trail is not None:
             changed &= ~(trail & (difference <= p.trail_tint))
         if self._changes is None or self._blocks is None or self._ambient is None:
             self._changes = np.zeros(changed.shape, np.uint16)
             self._ambient = np.zeros(changed.shape, np.uint16)
-            blocks = tile_max(changed.view(np.uint8), p.block)
-            self._blocks = np.zeros(blocks.shape, np.uint8)
+            self._blocks = np.zeros(blocks_of(changed, p.block).shape, np.uint8)
         window = np.uint16((1 << min(self._seen, p.memory)) - 1)
-        block_changed = tile_max(changed.view(np.uint8), p.block).astype(bool)
-        hot = _popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
-        cool = np.repeat(np.repeat(~hot, p.block, axis=0), p.block,
-                         axis=1)[:changed.shape[0], :changed.shape[1]]
+        hot = popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
+        cool = as_tiles(~hot, p.block, changed.shape)
         # Places seen changing by themselves (in a wait, or away from where steps acted).
-        ambient = (self._ambient & window) != 0
-        noisy = self._noise(ambient, acted_in)
-        at_site, ignored = -1, 0
-        loose: Mask | None = None
-        if observation:
-            loose = changed & ~noisy
-            ignored = int(np.count_nonzero(changed & noisy))
-            progress = int(np.count_nonzero(loose)) >= p.wait_min
-            ambient_now = changed
-            self._second_look(changed)
-        elif site is not None:
-            here = changed & site
-            if novel_only:
-                here = self._novel(here, frame)
-            at_site = int(np.count_nonzero(here))
-            ignored = int(np.count_nonzero(here & noisy))
-            progress = at_site > ignored
-            ambient_now = changed & ~site
-            if acted_in is not None:
-                caused = self._caused(changed & acted_in & ~site & ~noisy, frame, window)
-                progress = progress or bool(caused.any())
-                # Its edge tiles changed with it (a row shares tiles with the row above).
-                ambient_now &= ~dilate(caused, 1)
-        else:
-            # Nowhere known: the whole screen, where a change is progress when it lands on
-            # tiles that had not changed lately, outside blocks that keep changing.
-            fresh = (self._changes & window) == 0
-            progress = bool((changed & fresh & cool & ~noisy).any())
-            ambient_now = np.zeros_like(changed)
-        renewed = False
-        big = max(p.big_min, math.ceil(p.big_fraction * changed.size))
-        last = self.transitions[-1].changed if self.transitions else None
-        if last is not None and last.shape != changed.shape:
-            last = None
-        candidates = changed & ~noisy
+        noisy = self._noise((self._ambient & window) != 0, acted_in)
+        return _Context(frame, changed, window, noisy, hot, cool)
+
+    def _judge_wait(self, ctx: _Context) -> _Judged:
+        """A wait acted nowhere: progress when ``wait_min`` tiles changed outside the places
+        that change by themselves; all it saw change may be the screen moving by itself."""
+        loose = ctx.changed & ~ctx.noisy
+        self._second_look(ctx.changed)
+        return _Judged(int(np.count_nonzero(loose)) >= self.params.wait_min, ctx.changed,
+                       ignored=int(np.count_nonzero(ctx.changed & ctx.noisy)), loose=loose)
+
+    def _judge_at_site(self, ctx: _Context, site: Mask, novel_only: bool,
+                       acted_in: Mask | None) -> _Judged:
+        """Progress where the step acted, or what it caused elsewhere in its window."""
+        here = ctx.changed & site
+        if novel_only:
+            here = self._novel(here, ctx.frame)
+        at_site = int(np.count_nonzero(here))
+        ignored = int(np.count_nonzero(here & ctx.noisy))
+        progress = at_site > ignored
+        ambient_now = ctx.changed & ~site
+        if acted_in is not None:
+            caused = self._caused(ctx.changed & acted_in & ~site & ~ctx.noisy, ctx.frame,
+                                  ctx.window)
+            progress = progress or bool(caused.any())
+            # Its edge tiles changed with it (a row shares tiles with the row above).
+            ambient_now &= ~dilate(caused, 1)
+        return _Judged(progress, ambient_now, at_site, ignored)
+
+    def _judge_blind(self, ctx: _Context) -> _Judged:
+        """Nowhere known: the whole screen, where a change is progress when it lands on
+        tiles that had not changed lately, outside blocks that keep changing."""
+        assert self._changes is not None
+        fresh = (self._changes & ctx.window) == 0
+        progress = bool((ctx.changed & fresh & ctx.cool & ~ctx.noisy).any())
+        return _Judged(progress, np.zeros_like(ctx.changed))
+
+    def _big(self, changed: Mask) -> int:
+        """Tiles of new content that make a new screen or a dialog."""
+        return max(self.params.big_min, math.ceil(self.params.big_fraction * changed.size))
+
+    def _renewal(self, ctx: _Context, acted_in: Mask | None, last: Mask | None,
+                 progress: bool) -> tuple[bool, Mask | None]:
+        """Whether a large area changed to content no frame of the ring showed (a new
+        screen, a dialog: progress anywhere), and, if that alone is progress and lies
+        entirely away from the window acted in, those tiles (``_renewed_again``)."""
+        candidates = ctx.changed & ~ctx.noisy
         if acted_in is not None and last is not None:
             # Away from the window acted in, content renewing at two transitions in a row
             # (another program's display: top) is no new screen; a dialog opens once.
-            candidates &= acted_in | ~self._zone(last)
-        renewed_away: Mask | None = None
-        if int(np.count_nonzero(candidates)) >= big:
-            renewed = int(np.count_nonzero(self._novel(candidates, frame))) >= big
-            if renewed and not progress and acted_in is not None and not (
-                    candidates & acted_in).any():
-                renewed_away = candidates
-            progress = progress or renewed
-        if acted_in is not None and not observation:
-            self._renewed_again(changed, acted_in, big)
+            candidates &= acted_in | ~zone(last, self.params.block)
+        big = self._big(ctx.changed)
+        if int(np.count_nonzero(candidates)) < big:
+            return False, None
+        renewed = int(np.count_nonzero(self._novel(candidates, ctx.frame))) >= big
+        if renewed and not progress and acted_in is not None and not (
+                candidates & acted_in).any():
+            return True, candidates
+        return renewed, None
+
+    def _remember(self, ctx: _Context, judged: _Judged, renewed: bool,
+                  renewed_away: Mask | None, last: Mask | None) -> None:
+        """The registers shifted by this transition, the frame and the transition kept."""
+        assert self._changes is not None and self._blocks is not None
+        assert self._ambient is not None
+        block_changed = blocks_of(ctx.changed, self.params.block)
         # A uint16 shift drops the oldest bit: the register remembers 16 transitions.
-        changes = ((self._changes << 1) | changed).astype(np.uint16)
+        changes = ((self._changes << 1) | ctx.changed).astype(np.uint16)
         blocks = ((self._blocks << 1) | block_changed).astype(np.uint8)
+        ambient_now = judged.ambient_now
         if renewed:
             # A new screen or dialog: its tiles start afresh (typing into it is progress);
             # not the hot blocks (a clock) that changed meanwhile; it is no noise either.
-            changes[changed & cool] = 0
-            blocks[block_changed & ~hot] = 0
+            changes[ctx.changed & ctx.cool] = 0
+            blocks[block_changed & ~ctx.hot] = 0
             # Unless it keeps renewing: content new at two transitions in a row (top's
             # numbers) is moving by itself, a dialog opens once.
-            again = last if last is not None else noisy
-            ambient_now = ambient_now & (noisy | again)
+            again = last if last is not None else ctx.noisy
+            ambient_now = ambient_now & (ctx.noisy | again)
         self._ambient = ((self._ambient << 1) | ambient_now).astype(np.uint16)
         self._changes, self._blocks = changes, blocks
         self._seen += 1
         self._serial += 1
-        self.frames.append(frame)
-        self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored,
-                                           loose, renewed_away=renewed_away))
-        return self._serial
+        self.frames.append(ctx.frame)
+        self.transitions.append(Transition(
+            self._serial, ctx.changed, judged.progress or renewed, judged.at_site,
+            judged.ignored, judged.loose, renewed_away=renewed_away))
 
     def _renewed_again(self, changed: Mask, acted_in: Mask, big: int) -> None:
         """The transition before was progress only because another window's content
@@ -365,9 +343,12 @@ class ScreenHistory:
             return
         moved_on = changed & ~last.changed
         kept = last.loose & ~(dilate(moved_on, self.params.ambient_reach)
-                              | self._zone(moved_on))
+                              | self._zoned(moved_on))
         if int(np.count_nonzero(kept)) < self.params.wait_min:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
+
+    def _zoned(self, mask: Mask) -> Mask:
+        return zone(mask, self.params.block)
 
     def _noise(self, ambient: Mask, acted_in: Mask | None) -> Mask:
         """The places seen changing by themselves and the blocks around them: what moves by
@@ -376,22 +357,14 @@ class ScreenHistory:
         cannot draw inside it (a dialog opened over a clock, typed into)."""
         if not ambient.any():
             return ambient
-        spread = dilate(ambient, self.params.ambient_reach) | self._zone(ambient)
+        spread = dilate(ambient, self.params.ambient_reach) | self._zoned(ambient)
         if acted_in is None or not acted_in.any():
             return spread
         inner = ~dilate(~acted_in, 1)  # its edge tiles hold the pixels of both sides
         own = ambient & inner
         if not own.any():
             return spread & ~inner
-        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zone(own)
-
-    def _zone(self, mask: Mask) -> Mask:
-        """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""
-        b = self.params.block
-        zone = dilate(tile_max(mask.view(np.uint8), b).astype(bool), 1)
-        grown: Mask = np.repeat(np.repeat(zone, b, axis=0), b, axis=1)[:mask.shape[0],
-                                                                        :mask.shape[1]]
-        return grown
+        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zoned(own)
 
     def progressed(self, serial: int) -> bool | None:
         """Whether transition ``serial`` was progress; None if it is no longer remembered."""
@@ -410,4 +383,4 @@ class ScreenHistory:
             ignored = t.changed.copy() if ignored is None else ignored | t.changed
         if ignored is None:
             return Judgement(run, 0)
-        return Judgement(run, int(np.count_nonzero(ignored)), at_site, _box(ignored))
+        return Judgement(run, int(np.count_nonzero(ignored)), at_site, box_of(ignored))

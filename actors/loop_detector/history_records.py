@@ -23,6 +23,9 @@ class HistoryParams:
     ambient_reach: int = 1
     """Tiles around a place seen changing by itself that are ignored too (a second hand
     or a spinner moves a little between two captures)."""
+    text_reach: int = 4
+    """Where typing or a key acted, only the tiles this close to a place seen changing by
+    itself are ignored (text does not move)."""
     wait_min: int = 16
     """During a wait, this many changed tiles outside the places that change by themselves
     are progress (a window or a message appeared)."""
@@ -56,6 +59,12 @@ class Transition:
     window acted in taken back by the transition after it (screen_history.py)."""
     renewed_away: Mask | None = None
     """Progress only by new content entirely outside the window acted in: those tiles."""
+    action: str = ""
+    """The identity of the step's action (core.py's signature; ``wait`` for a wait)."""
+    caused: Mask | None = None
+    """Tiles away from the site that the action changed (action_answers.py)."""
+    pending: Mask | None = None
+    """Tiles away from the site with a small new content not yet explained."""
 
 
 @dataclass(frozen=True, slots=True)

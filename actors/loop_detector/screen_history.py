@@ -1,54 +1,37 @@
-"""Did the screen make progress? One replay's recent frames, judged tile by tile.
+"""Did the screen make progress? One replay's recent frames, judged tile by tile
+(docs/loop-detection.md has the rules with the cases that made them).
 
 Tiles are 8x8 screen pixels (pixel.py); a transition is the screen after one step against
-the screen after the step before. Each transition is judged when it arrives, from what
-came before it only, and taken back by the one after it in two cases only. A wait's:
-where the screen moves on beside what the first wait saw change (a second hand, a spinner,
-``top``), that was the screen moving by itself, seen for the first time. An action's that
-was progress only because content renewed away from the window acted in: if the same
-tiles renew again at the next step, that was another program's display (``top`` at a
-replay's first step), not a window the action opened (a window opens once).
+the screen after the step before, judged when it arrives from what came before it only,
+and taken back by the one after it in two cases: a wait's, where the screen moves on
+beside what the first wait saw change (``_second_look``); an action's that was progress
+only because content renewed away from the window acted in and renews again at the next
+step (``_renewed_again``: ``top``, not a window opened; a window opens once).
 
-Where the step acted is known (site.py: the point clicked, the focus, the window): the
-step is progress when a tile changed *there* that is not a place seen changing by itself.
-Places seen changing by themselves are the tiles that changed away from where steps acted
-and everything that changed during a wait, remembered for ``memory`` (16) transitions,
-with the tiles around them (``ambient_reach``) and the 40-pixel blocks around them: an
-analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to those
-seen; not across the edge of the window acted in, where another window cannot draw. A
-click's box or the row typed into is small, so a clock elsewhere never counts; one inside
-it counts until it has been seen ticking while steps acted elsewhere or during a wait.
-Typing, a key, or a click that moved the pointer needs content no frame of the ring showed
-there (``novel_only``, core.py): a blinking caret, a character typed then erased, a hover
-highlight going from button to button, go back to a state seen. What follows the pointer
-is no change at all: after a click that moved it, a faint change (``trail_tint``) at the
-spots under its previous and new positions (site.py) is its hover highlight, even the
-first time it is seen; a tick or a selected row drawn there is no tint and counts. In the
-window acted in, away from the site, ``window_min`` tiles of content no frame of the ring
-showed, on tiles that had not changed lately and away from the places seen changing by
-themselves, are what the action caused (a row added to a list below the button):
-progress, and no noise. A wait is progress when ``wait_min`` tiles changed outside those
-places (a window or a message appeared).
+Where the step acted is known (site.py): progress is a tile changed *there* that is not a
+place seen changing by itself (the tiles that changed away from where steps acted or
+during a wait, for ``memory`` transitions, with the tiles and 40-pixel blocks around them:
+a second hand, a spinner, ``top`` move into the next tiles; not across the edge of the
+window acted in; near text typed, only the tiles next to them, ``text_reach``). Typing, a
+key, a click that moved the pointer or came back to the last input's point after a key
+need content no frame of the ring showed (``novel_only``): going back to a state seen is
+no change; after a key, a caret-sized change is a caret's blink. After a click that moved
+the pointer, a faint change under its two positions is its hover highlight
+(``trail_tint``). In the window acted in, away from the site: ``window_min`` tiles of new
+content on tiles that had not changed lately are what the action caused (a row added far
+below the button), and a place that answers the action is progress too
+(action_answers.py: a status line's counter after "Valider"). A wait is progress when
+``wait_min`` tiles changed outside the places that change by themselves.
 
-Nowhere known (an older agent, a step without point or focus): the whole screen, where a
-change is progress when it lands on tiles that had not changed in the 16 transitions
-before, outside blocks that changed at two of the three transitions before (a clock, a
-blinking caret, a counter light up their tiles once, then never count again).
+Nowhere known (an older agent): the whole screen, where a change is progress on tiles that
+had not changed in the ``memory`` transitions before, outside blocks that keep changing.
+Anywhere, a large area (``big_fraction`` of the tiles) of content no frame of the ring
+showed is progress (a new screen, a dialog), and its tiles start afresh.
 
-Anywhere, a large area (>= 1 % of the tiles) changed to content that no frame of the ring
-showed is progress: a list scrolled, a new screen, a dialog; going back to a state already
-seen (a dialog opened and closed over and over) is not; nor is another window's content
-renewing at two transitions in a row (``top``). A new area is no noise, and its tiles start
-afresh: typing into a dialog just opened is progress.
-
-The cost: a change in place of an earlier one (a "+" button's counter far from the
-point, a field retyped over its old text) is not progress; three such steps
-look like a stuck screen. Noise seen for the first time at an action counts as progress
-(a caret's first blink, a busy desktop's first changes) unless taken back as above: a
-pause can come a step late, never early.
-
-Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
-of their transitions, two 16-bit registers per tile and an 8-bit one per block.
+Noise seen for the first time at an action counts as progress (a busy desktop's first
+changes) unless taken back as above: a pause can come a step late, never early. Memory is
+bounded: ``ring_size`` reduced frames, their transitions' masks, two 16-bit registers per
+tile and an 8-bit one per block.
 """
 
 from __future__ import annotations
@@ -60,6 +43,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from actors.loop_detector.action_answers import answering
 from actors.loop_detector.history_records import (
     DEFAULT_HISTORY,
     HistoryParams,
@@ -72,6 +56,7 @@ from actors.loop_detector.tile_masks import (
     as_tiles,
     blocks_of,
     box_of,
+    caret_sized,
     dilate,
     popcount8,
     zone,
@@ -90,6 +75,8 @@ class _Judged:
     at_site: int = -1
     ignored: int = 0
     loose: Mask | None = None
+    caused: Mask | None = None
+    pending: Mask | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +94,8 @@ class _Context:
     """Blocks that changed at ``hot_changes`` of the ``hot_window`` transitions before."""
     cool: Mask
     """The tiles of the blocks that are not hot."""
+    ambient: Mask
+    """The places seen changing by themselves, alone."""
 
 
 class ScreenHistory:
@@ -128,6 +117,7 @@ class ScreenHistory:
         self._seen = 0  # transitions since the last reset
         self._serial = 0
         self._cut = 0  # transitions up to this serial no longer count toward a static run
+        self._novel_all: Mask | None = None  # _novel's answer for the frame being pushed
 
     @property
     def captures(self) -> int:
@@ -154,7 +144,7 @@ class ScreenHistory:
 
     def push(self, frame: Frame, site: Mask | None = None, observation: bool = False,
              novel_only: bool = False, acted_in: Mask | None = None,
-             trail: Mask | None = None) -> int | None:
+             trail: Mask | None = None, keyboard: str = "", action: str = "") -> int | None:
         """Add the frame after a step; the serial of the transition it makes, if any.
 
         ``site``: the tiles where the step's action acted (site.py), None if unknown;
@@ -164,17 +154,20 @@ class ScreenHistory:
         the tiles of the window acted in, if known; ``trail``: after a click that moved
         the pointer, the spots under its previous and new positions, where a faint change
         (``trail_tint``) is the hover highlight following it: no change of the screen's
-        content, neither progress nor the screen moving by itself."""
+        content, neither progress nor the screen moving by itself; ``keyboard``: the step
+        typed (``type``) or pressed a key (``key_combo``), ``""`` otherwise; ``action``: the
+        identity of the step's action (action_answers.py)."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
             self.frames.append(frame)
             return None
+        self._novel_all = None
         ctx = self._context(frame, trail, acted_in)
         if observation:
             judged = self._judge_wait(ctx)
         elif site is not None:
-            judged = self._judge_at_site(ctx, site, novel_only, acted_in)
+            judged = self._judge_at_site(ctx, site, novel_only, acted_in, keyboard, action)
         else:
             judged = self._judge_blind(ctx)
         last = self.transitions[-1].changed if self.transitions else None
@@ -183,7 +176,7 @@ class ScreenHistory:
         renewed, renewed_away = self._renewal(ctx, acted_in, last, judged.progress)
         if acted_in is not None and not observation:
             self._renewed_again(ctx.changed, acted_in, self._big(ctx.changed))
-        self._remember(ctx, judged, renewed, renewed_away, last)
+        self._remember(ctx, judged, renewed, renewed_away, last, action or "wait")
         return self._serial
 
     # The stages of push ------------------------------------------------------------------
@@ -204,8 +197,9 @@ class ScreenHistory:
         hot = popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
         cool = as_tiles(~hot, p.block, changed.shape)
         # Places seen changing by themselves (in a wait, or away from where steps acted).
-        noisy = self._noise((self._ambient & window) != 0, acted_in)
-        return _Context(frame, changed, window, noisy, hot, cool)
+        ambient = (self._ambient & window) != 0
+        noisy = self._noise(ambient, acted_in)
+        return _Context(frame, changed, window, noisy, hot, cool, ambient)
 
     def _judge_wait(self, ctx: _Context) -> _Judged:
         """A wait acted nowhere: progress when ``wait_min`` tiles changed outside the places
@@ -216,22 +210,38 @@ class ScreenHistory:
                        ignored=int(np.count_nonzero(ctx.changed & ctx.noisy)), loose=loose)
 
     def _judge_at_site(self, ctx: _Context, site: Mask, novel_only: bool,
-                       acted_in: Mask | None) -> _Judged:
+                       acted_in: Mask | None, keyboard: str, action: str) -> _Judged:
         """Progress where the step acted, or what it caused elsewhere in its window."""
         here = ctx.changed & site
         if novel_only:
             here = self._novel(here, ctx.frame)
+        noisy = ctx.noisy
+        if keyboard:
+            # Text appears where it is typed, it does not move: only the tiles next to
+            # those seen changing by themselves are noise there, not their whole blocks
+            # (a clock's digit below a field is no reason to ignore what is typed in it).
+            noisy = noisy & dilate(ctx.ambient, self.params.text_reach)
         at_site = int(np.count_nonzero(here))
-        ignored = int(np.count_nonzero(here & ctx.noisy))
+        ignored = int(np.count_nonzero(here & noisy))
         progress = at_site > ignored
+        if progress and keyboard == "key_combo" and caret_sized(here & ~noisy):
+            progress = False  # a caret's blink, in a phase no frame of the ring showed
         ambient_now = ctx.changed & ~site
-        if acted_in is not None:
-            caused = self._caused(ctx.changed & acted_in & ~site & ~ctx.noisy, ctx.frame,
-                                  ctx.window)
-            progress = progress or bool(caused.any())
-            # Its edge tiles changed with it (a row shares tiles with the row above).
-            ambient_now &= ~dilate(caused, 1)
-        return _Judged(progress, ambient_now, at_site, ignored)
+        if acted_in is None:
+            return _Judged(progress, ambient_now, at_site, ignored)
+        away = ctx.changed & acted_in & ~site
+        caused = self._caused(away & ~ctx.noisy, ctx.frame, ctx.window)
+        # Noise or not: a place that answers the action changed at no other step.
+        new = self._novel(away & ~caused, ctx.frame)
+        answer = answering(new, action, self.transitions)
+        assert self._changes is not None
+        pending = new & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
+        progress = progress or bool(caused.any()) or bool(answer.any())
+        # Its edge tiles changed with it (a row shares tiles with the row above); what
+        # answers the action is not the screen moving by itself either.
+        ambient_now &= ~(dilate(caused, 1) | answer)
+        return _Judged(progress, ambient_now, at_site, ignored, caused=caused | answer,
+                       pending=pending)
 
     def _judge_blind(self, ctx: _Context) -> _Judged:
         """Nowhere known: the whole screen, where a change is progress when it lands on
@@ -265,7 +275,7 @@ class ScreenHistory:
         return renewed, None
 
     def _remember(self, ctx: _Context, judged: _Judged, renewed: bool,
-                  renewed_away: Mask | None, last: Mask | None) -> None:
+                  renewed_away: Mask | None, last: Mask | None, action: str) -> None:
         """The registers shifted by this transition, the frame and the transition kept."""
         assert self._changes is not None and self._blocks is not None
         assert self._ambient is not None
@@ -290,7 +300,8 @@ class ScreenHistory:
         self.frames.append(ctx.frame)
         self.transitions.append(Transition(
             self._serial, ctx.changed, judged.progress or renewed, judged.at_site,
-            judged.ignored, judged.loose, renewed_away=renewed_away))
+            judged.ignored, judged.loose, renewed_away=renewed_away, action=action,
+            caused=judged.caused, pending=judged.pending))
 
     def _renewed_again(self, changed: Mask, acted_in: Mask, big: int) -> None:
         """The transition before was progress only because another window's content
@@ -307,11 +318,14 @@ class ScreenHistory:
 
     def _novel(self, mask: Mask, frame: Frame) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no
-        earlier frame of the ring showed either: going back to a state seen is no change."""
-        out = mask.copy()
-        for older in list(self.frames)[:-1]:
-            out &= tile_difference(older, frame, self.pixel) > self.pixel.level
-        return out
+        earlier frame of the ring showed either: going back to a state seen is no change.
+        Worked out once per push, on the first call."""
+        if self._novel_all is None:
+            novel = np.ones(mask.shape, dtype=bool)
+            for older in list(self.frames)[:-1]:
+                novel &= tile_difference(older, frame, self.pixel) > self.pixel.level
+            self._novel_all = novel
+        return mask & self._novel_all
 
     def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
         """Of ``away`` (changed in the window acted in, away from the site, outside the

@@ -64,3 +64,9 @@ def as_tiles(blocks: Mask, block: int, shape: tuple[int, int]) -> Mask:
 def zone(mask: Mask, block: int) -> Mask:
     """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""
     return as_tiles(dilate(blocks_of(mask, block), 1), block, mask.shape)
+
+
+def caret_sized(mask: Mask) -> bool:
+    """Whether ``mask``'s tiles fit in a caret: one column, at most two tiles tall."""
+    cols = np.flatnonzero(mask.any(axis=0))
+    return cols.size == 1 and int(np.count_nonzero(mask)) <= 2

@@ -58,9 +58,12 @@ from actors.loop_detector.clip import ClipEmbedder, ClipUnavailable  # noqa: E40
 from actors.loop_detector.config import LoopConfig  # noqa: E402
 from actors.loop_detector.core import LoopDetectorCore  # noqa: E402
 from actors.loop_detector.pixel import Frame, PixelEmbedder, tile_difference  # noqa: E402
-from bench.loop_real.dataset import RealSequence, load  # noqa: E402
+from bench.loop_real.dataset import PARTS, RealSequence, load  # noqa: E402
 from bench.screens import Sequence, encode, new_ambient, new_ui, render, sequences  # noqa: E402
 from messages.loop import ObserveStep  # noqa: E402
+
+PART_NOTES = {"tuning": "tuned on", "held-out-1": "held out, then seen while tuning",
+              "held-out-2": "recorded after the rules were set, never tuned on"}
 
 
 class TimedPixel(PixelEmbedder):
@@ -325,12 +328,15 @@ def main() -> int:
     n = LoopConfig().screen_static_n
     real = load()
     floor = jpeg_decode_floor(real)
-    tuning = [s for s in real if not s.held_out]
-    held = [s for s in real if s.held_out]
-    print(f"real set split by application (bench/loop_real/dataset.py): tuned on "
-          f"{sorted({s.noise for s in tuning})}, held out {sorted({s.noise for s in held})}")
-    report_real("tuning part", run_real(tuning, n), n, floor)
-    report_real("held-out part", run_real(held, n), n, floor)
+    print("real set in three parts (bench/loop_real/dataset.py), by the programs beside the"
+          " one acted in:")
+    for part in PARTS:
+        noises = sorted({s.noise for s in real if s.part == part})
+        print(f"  {part} ({PART_NOTES[part]}): {noises}")
+    for part in PARTS:
+        seqs = [s for s in real if s.part == part]
+        if seqs:
+            report_real(f"{part} part ({PART_NOTES[part]})", run_real(seqs, n), n, floor)
     if args.real_only:
         return 0
     print("\n== drawn screens (bench/screens.py)")

@@ -45,6 +45,7 @@ from messages.loop import LOOP_DETECTED, LoopVerdict, ObserveStep
 
 INPUT_TYPES: Final = frozenset(
     {"click", "double_click", "right_click", "type", "key_combo", "scroll"})
+CLICKS: Final = frozenset({"click", "double_click", "right_click"})
 
 NOT_DETECTED = LoopVerdict(detected=False)
 
@@ -96,8 +97,9 @@ class _Rings:
     steps: deque[_Step]
     last: tuple[str, LoopVerdict] | None = None  # the last action observed, its verdict
     typed: Box | None = None  # where keyboard input last went
-    point: tuple[float, float] | None = None  # where the last input acted, if it had a point
+    point: tuple[float, float] | None = None  # where the last input with a point acted
     site: str = ""  # where the last step acted, for people
+    kind: str = ""  # the last input's action type
 
     def restart(self) -> None:
         """After a positive verdict: new runs start from the current screen; what the
@@ -245,6 +247,8 @@ class LoopDetectorCore:
             site: Site | None = site_of(step, rings.typed) if performed else None
             if site is not None and site.typed is not None:
                 rings.typed = site.typed
+            elif step.action_type in CLICKS:
+                rings.typed = None  # the focus may have moved (site.py)
             rings.site = site.label if site is not None else (
                 "wait" if waited else step.action_type)
             grid = rings.screen.tiles(frame)
@@ -253,14 +257,19 @@ class LoopDetectorCore:
             moved = _pointer_move(step, rings)
             transition = rings.screen.push(
                 frame, mask, observation=waited,
-                novel_only=moved is not None or step.action_type in ("type", "key_combo"),
+                novel_only=moved is not None or step.action_type in ("type", "key_combo")
+                or _back_at_point(step, rings),
                 acted_in=None if window is None else box_mask((window,), grid),
-                trail=None if moved is None else box_mask(pointer_spots(*moved), grid))
+                trail=None if moved is None else box_mask(pointer_spots(*moved), grid),
+                keyboard=step.action_type if step.action_type in ("type", "key_combo") else "",
+                action=signature(step)[0] if performed else "wait")
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)
         if performed:
-            rings.point = point_of(step)
+            # The pointer stays where it was during a key or typing without a point.
+            rings.point = point_of(step) or rings.point
+            rings.kind = step.action_type
             ident, label = signature(step)
             rings.steps.append(_Step(ident, label, transition))
         verdict = ((self._screen_static(rings) if frame is not None else None)
@@ -334,12 +343,21 @@ def _pointer_move(step: ObserveStep, rings: _Rings
     box ticked, then unticked. Typing or a key needs new content too (a character typed,
     then erased, goes back to a state seen), decided by the caller."""
     point, last = point_of(step), rings.point
-    if (step.action_type not in ("click", "double_click", "right_click") or point is None
-            or last is None):
+    if step.action_type not in CLICKS or point is None or last is None:
         return None
     if max(abs(point[0] - last[0]), abs(point[1] - last[1])) <= MOVED:
         return None
     return point, last
+
+
+def _back_at_point(step: ObserveStep, rings: _Rings) -> bool:
+    """Whether ``step`` is a click at the point of the last input, after a key or typing
+    there: only content no frame of the ring showed counts (docs/loop-detection.md). A
+    menu opened, closed by Escape and opened again is a state seen; clicks in a row at
+    one point keep any change (a check box ticked, then unticked)."""
+    return step.action_type in CLICKS and rings.kind not in CLICKS and rings.kind != "" \
+        and _pointer_move(step, rings) is None and point_of(step) is not None \
+        and rings.point is not None
 
 
 def _verdict(signal: str, evidence: dict[str, Any]) -> LoopVerdict:

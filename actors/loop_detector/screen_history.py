@@ -1,54 +1,37 @@
-"""Did the screen make progress? One replay's recent frames, judged tile by tile.
+"""Did the screen make progress? One replay's recent frames, judged tile by tile
+(docs/loop-detection.md has the rules with the cases that made them).
 
 Tiles are 8x8 screen pixels (pixel.py); a transition is the screen after one step against
-the screen after the step before. Each transition is judged when it arrives, from what
-came before it only, and taken back by the one after it in two cases only. A wait's:
-where the screen moves on beside what the first wait saw change (a second hand, a spinner,
-``top``), that was the screen moving by itself, seen for the first time. An action's that
-was progress only because content renewed away from the window acted in: if the same
-tiles renew again at the next step, that was another program's display (``top`` at a
-replay's first step), not a window the action opened (a window opens once).
+the screen after the step before, judged when it arrives from what came before it only,
+and taken back by the one after it in two cases: a wait's, where the screen moves on
+beside what the first wait saw change (``_second_look``); an action's that was progress
+only because content renewed away from the window acted in and renews again at the next
+step (``_renewed_again``: ``top``, not a window opened; a window opens once).
 
-Where the step acted is known (site.py: the point clicked, the focus, the window): the
-step is progress when a tile changed *there* that is not a place seen changing by itself.
-Places seen changing by themselves are the tiles that changed away from where steps acted
-and everything that changed during a wait, remembered for ``memory`` (16) transitions,
-with the tiles around them (``ambient_reach``) and the 40-pixel blocks around them: an
-analog second hand, a spinner, ``top``'s numbers keep moving into tiles next to those
-seen; not across the edge of the window acted in, where another window cannot draw. A
-click's box or the row typed into is small, so a clock elsewhere never counts; one inside
-it counts until it has been seen ticking while steps acted elsewhere or during a wait.
-Typing, a key, or a click that moved the pointer needs content no frame of the ring showed
-there (``novel_only``, core.py): a blinking caret, a character typed then erased, a hover
-highlight going from button to button, go back to a state seen. What follows the pointer
-is no change at all: after a click that moved it, a faint change (``trail_tint``) at the
-spots under its previous and new positions (site.py) is its hover highlight, even the
-first time it is seen; a tick or a selected row drawn there is no tint and counts. In the
-window acted in, away from the site, ``window_min`` tiles of content no frame of the ring
-showed, on tiles that had not changed lately and away from the places seen changing by
-themselves, are what the action caused (a row added to a list below the button):
-progress, and no noise. A wait is progress when ``wait_min`` tiles changed outside those
-places (a window or a message appeared).
+Where the step acted is known (site.py): progress is a tile changed *there* that is not a
+place seen changing by itself (the tiles that changed away from where steps acted or
+during a wait, for ``memory`` transitions, with the tiles and 40-pixel blocks around them:
+a second hand, a spinner, ``top`` move into the next tiles; not across the edge of the
+window acted in; near text typed, only the tiles next to them, ``text_reach``). Typing, a
+key, a click that moved the pointer or came back to the last input's point after a key
+need content no frame of the ring showed (``novel_only``): going back to a state seen is
+no change; after a key, a caret-sized change is a caret's blink. After a click that moved
+the pointer, a faint change under its two positions is its hover highlight
+(``trail_tint``). In the window acted in, away from the site: ``window_min`` tiles of new
+content on tiles that had not changed lately are what the action caused (a row added far
+below the button), and a place that answers the action is progress too
+(action_answers.py: a status line's counter after "Valider"). A wait is progress when
+``wait_min`` tiles changed outside the places that change by themselves.
 
-Nowhere known (an older agent, a step without point or focus): the whole screen, where a
-change is progress when it lands on tiles that had not changed in the 16 transitions
-before, outside blocks that changed at two of the three transitions before (a clock, a
-blinking caret, a counter light up their tiles once, then never count again).
+Nowhere known (an older agent): the whole screen, where a change is progress on tiles that
+had not changed in the ``memory`` transitions before, outside blocks that keep changing.
+Anywhere, a large area (``big_fraction`` of the tiles) of content no frame of the ring
+showed is progress (a new screen, a dialog), and its tiles start afresh.
 
-Anywhere, a large area (>= 1 % of the tiles) changed to content that no frame of the ring
-showed is progress: a list scrolled, a new screen, a dialog; going back to a state already
-seen (a dialog opened and closed over and over) is not; nor is another window's content
-renewing at two transitions in a row (``top``). A new area is no noise, and its tiles start
-afresh: typing into a dialog just opened is progress.
-
-The cost: a change in place of an earlier one (a "+" button's counter far from the
-point, a field retyped over its old text) is not progress; three such steps
-look like a stuck screen. Noise seen for the first time at an action counts as progress
-(a caret's first blink, a busy desktop's first changes) unless taken back as above: a
-pause can come a step late, never early.
-
-Memory is bounded: ``ring_size`` reduced frames (130 KB each at 1920x1080), the tile masks
-of their transitions, two 16-bit registers per tile and an 8-bit one per block.
+Noise seen for the first time at an action counts as progress (a busy desktop's first
+changes) unless taken back as above: a pause can come a step late, never early. Memory is
+bounded: ``ring_size`` reduced frames, their transitions' masks, two 16-bit registers per
+tile and an 8-bit one per block.
 """
 
 from __future__ import annotations
@@ -60,111 +43,59 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from actors.loop_detector.pixel import (
-    DEFAULT_PIXEL,
-    Frame,
-    PixelParams,
-    tile_difference,
-    tile_max,
+from actors.loop_detector.action_answers import answering
+from actors.loop_detector.history_records import (
+    DEFAULT_HISTORY,
+    HistoryParams,
+    Judgement,
+    Transition,
+)
+from actors.loop_detector.pixel import DEFAULT_PIXEL, Frame, PixelParams, tile_difference
+from actors.loop_detector.tile_masks import (
+    Mask,
+    as_tiles,
+    blocks_of,
+    box_of,
+    caret_sized,
+    dilate,
+    popcount8,
+    zone,
 )
 
-Mask = npt.NDArray[np.bool_]
-
-_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
-"""Set bits of each byte (numpy < 2 has no bitwise_count)."""
-
-
-def _popcount8(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-    counted: npt.NDArray[np.uint8] = _BITS[values]
-    return counted
+__all__ = ["HistoryParams", "Judgement", "ScreenHistory", "Transition"]
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryParams:
-    memory: int = 16
-    """Transitions remembered per tile; at most 16 (a uint16 register per tile)."""
-    block: int = 5
-    """Block side in tiles (40 screen pixels at 1920x1080)."""
-    hot_changes: int = 2
-    """A block is hot when it changed at this many of the ``hot_window`` transitions before."""
-    hot_window: int = 3
-    big_fraction: float = 0.01
-    """A change to new content over this fraction of the tiles is progress anyway."""
-    big_min: int = 12
-    ambient_reach: int = 1
-    """Tiles around a place seen changing by itself that are ignored too (a second hand
-    or a spinner moves a little between two captures)."""
-    wait_min: int = 16
-    """During a wait, this many changed tiles outside the places that change by themselves
-    are progress (a window or a message appeared)."""
-    window_min: int = 16
-    """After an input, this many tiles of new content in the window acted in, away from
-    where it acted, are progress (a row added to a list below the button)."""
-    trail_tint: int = 32
-    """At the spots under the pointer's previous and new positions, a tile whose pixels
-    moved by at most this many grey levels is the hover highlight following the pointer
-    (a control's face tinted), not a mark drawn: below the faintest typed character
-    (pixel.py), a tick or a selected row."""
+class _Judged:
+    """One transition judged where its step acted (or in a wait, or blind)."""
 
-
-DEFAULT_HISTORY = HistoryParams()
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    serial: int
-    changed: Mask
     progress: bool
+    ambient_now: Mask
+    """Tiles that changed by themselves at this transition (remembered as noise)."""
     at_site: int = -1
-    """Tiles that changed where the action acted, -1 when no site was known (a wait)."""
     ignored: int = 0
-    """Of those (or, in a wait, of all), the tiles ignored: places seen changing by
-    themselves."""
     loose: Mask | None = None
-    """In a wait: the tiles changed away from the places seen changing by themselves."""
-    second_look: bool = False
-    """A wait's progress taken back by the wait after it (``_second_look``), or a renewal
-    away from the window acted in taken back by the transition after it (``_renewed_again``)."""
-    renewed_away: Mask | None = None
-    """Progress only by new content entirely outside the window acted in: those tiles."""
+    caused: Mask | None = None
+    pending: Mask | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Judgement:
-    """Why the recent transitions are (not) progress."""
+class _Context:
+    """What the stages of one ``push`` share: the tiles that changed and the history's
+    view of the places that change by themselves."""
 
-    static_run: int
-    """Most recent transitions in a row without progress."""
-    ignored_tiles: int
-    """Tiles that changed during that run (each had changed before: clocks, carets...)."""
-    at_site: int = 0
-    """Of them, tiles where the actions acted (all ignored: seen changing by themselves)."""
-    region: tuple[float, float, float, float] | None = None
-    """The box around the changes ignored during the run, as fractions of the screen."""
-
-
-def dilate(mask: Mask, reach: int) -> Mask:
-    """``mask`` grown by ``reach`` tiles in every direction (a square neighbourhood)."""
-    out = mask.copy()
-    for _ in range(reach):
-        grown = out.copy()
-        grown[1:] |= out[:-1]
-        grown[:-1] |= out[1:]
-        grown[:, 1:] |= grown[:, :-1].copy()
-        grown[:, :-1] |= grown[:, 1:].copy()
-        out = grown
-    return out
-
-
-def _box(mask: Mask) -> tuple[float, float, float, float] | None:
-    rows = np.flatnonzero(mask.any(axis=1))
-    if rows.size == 0:
-        return None
-    cols = np.flatnonzero(mask.any(axis=0))
-    h, w = mask.shape
-    return (round(float(cols[0]) / w, 3), round(float(rows[0]) / h, 3),
-            round(float(cols[-1] + 1 - cols[0]) / w, 3),
-            round(float(rows[-1] + 1 - rows[0]) / h, 3))
+    frame: Frame
+    changed: Mask
+    window: np.uint16
+    """The register bits of the transitions remembered (``memory``, fewer at the start)."""
+    noisy: Mask
+    """Places seen changing by themselves, and the tiles and blocks around them."""
+    hot: Mask
+    """Blocks that changed at ``hot_changes`` of the ``hot_window`` transitions before."""
+    cool: Mask
+    """The tiles of the blocks that are not hot."""
+    ambient: Mask
+    """The places seen changing by themselves, alone."""
 
 
 class ScreenHistory:
@@ -186,6 +117,7 @@ class ScreenHistory:
         self._seen = 0  # transitions since the last reset
         self._serial = 0
         self._cut = 0  # transitions up to this serial no longer count toward a static run
+        self._novel_all: Mask | None = None  # _novel's answer for the frame being pushed
 
     @property
     def captures(self) -> int:
@@ -212,7 +144,7 @@ class ScreenHistory:
 
     def push(self, frame: Frame, site: Mask | None = None, observation: bool = False,
              novel_only: bool = False, acted_in: Mask | None = None,
-             trail: Mask | None = None) -> int | None:
+             trail: Mask | None = None, keyboard: str = "", action: str = "") -> int | None:
         """Add the frame after a step; the serial of the transition it makes, if any.
 
         ``site``: the tiles where the step's action acted (site.py), None if unknown;
@@ -222,97 +154,154 @@ class ScreenHistory:
         the tiles of the window acted in, if known; ``trail``: after a click that moved
         the pointer, the spots under its previous and new positions, where a faint change
         (``trail_tint``) is the hover highlight following it: no change of the screen's
-        content, neither progress nor the screen moving by itself."""
+        content, neither progress nor the screen moving by itself; ``keyboard``: the step
+        typed (``type``) or pressed a key (``key_combo``), ``""`` otherwise; ``action``: the
+        identity of the step's action (action_answers.py)."""
         if self.frames and self.frames[-1].shape != frame.shape:
             self.reset()  # another resolution or monitor: nothing to compare with
         if not self.frames:
             self.frames.append(frame)
             return None
-        level = self.pixel.level
+        self._novel_all = None
+        ctx = self._context(frame, trail, acted_in)
+        if observation:
+            judged = self._judge_wait(ctx)
+        elif site is not None:
+            judged = self._judge_at_site(ctx, site, novel_only, acted_in, keyboard, action)
+        else:
+            judged = self._judge_blind(ctx)
+        last = self.transitions[-1].changed if self.transitions else None
+        if last is not None and last.shape != ctx.changed.shape:
+            last = None
+        renewed, renewed_away = self._renewal(ctx, acted_in, last, judged.progress)
+        if acted_in is not None and not observation:
+            self._renewed_again(ctx.changed, acted_in, self._big(ctx.changed))
+        self._remember(ctx, judged, renewed, renewed_away, last, action or "wait")
+        return self._serial
+
+    # The stages of push ------------------------------------------------------------------
+
+    def _context(self, frame: Frame, trail: Mask | None, acted_in: Mask | None) -> _Context:
+        """The tiles that changed since the last frame (but the pointer's faint trail),
+        and what the registers say of the places that change by themselves."""
         p = self.params
         difference = tile_difference(self.frames[-1], frame, self.pixel)
-        changed: Mask = difference > level
+        changed: Mask = difference > self.pixel.level
         if trail is not None:
             changed &= ~(trail & (difference <= p.trail_tint))
         if self._changes is None or self._blocks is None or self._ambient is None:
             self._changes = np.zeros(changed.shape, np.uint16)
             self._ambient = np.zeros(changed.shape, np.uint16)
-            blocks = tile_max(changed.view(np.uint8), p.block)
-            self._blocks = np.zeros(blocks.shape, np.uint8)
+            self._blocks = np.zeros(blocks_of(changed, p.block).shape, np.uint8)
         window = np.uint16((1 << min(self._seen, p.memory)) - 1)
-        block_changed = tile_max(changed.view(np.uint8), p.block).astype(bool)
-        hot = _popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
-        cool = np.repeat(np.repeat(~hot, p.block, axis=0), p.block,
-                         axis=1)[:changed.shape[0], :changed.shape[1]]
+        hot = popcount8(self._blocks & np.uint8((1 << p.hot_window) - 1)) >= p.hot_changes
+        cool = as_tiles(~hot, p.block, changed.shape)
         # Places seen changing by themselves (in a wait, or away from where steps acted).
         ambient = (self._ambient & window) != 0
         noisy = self._noise(ambient, acted_in)
-        at_site, ignored = -1, 0
-        loose: Mask | None = None
-        if observation:
-            loose = changed & ~noisy
-            ignored = int(np.count_nonzero(changed & noisy))
-            progress = int(np.count_nonzero(loose)) >= p.wait_min
-            ambient_now = changed
-            self._second_look(changed)
-        elif site is not None:
-            here = changed & site
-            if novel_only:
-                here = self._novel(here, frame)
-            at_site = int(np.count_nonzero(here))
-            ignored = int(np.count_nonzero(here & noisy))
-            progress = at_site > ignored
-            ambient_now = changed & ~site
-            if acted_in is not None:
-                caused = self._caused(changed & acted_in & ~site & ~noisy, frame, window)
-                progress = progress or bool(caused.any())
-                # Its edge tiles changed with it (a row shares tiles with the row above).
-                ambient_now &= ~dilate(caused, 1)
-        else:
-            # Nowhere known: the whole screen, where a change is progress when it lands on
-            # tiles that had not changed lately, outside blocks that keep changing.
-            fresh = (self._changes & window) == 0
-            progress = bool((changed & fresh & cool & ~noisy).any())
-            ambient_now = np.zeros_like(changed)
-        renewed = False
-        big = max(p.big_min, math.ceil(p.big_fraction * changed.size))
-        last = self.transitions[-1].changed if self.transitions else None
-        if last is not None and last.shape != changed.shape:
-            last = None
-        candidates = changed & ~noisy
+        return _Context(frame, changed, window, noisy, hot, cool, ambient)
+
+    def _judge_wait(self, ctx: _Context) -> _Judged:
+        """A wait acted nowhere: progress when ``wait_min`` tiles changed outside the places
+        that change by themselves; all it saw change may be the screen moving by itself."""
+        loose = ctx.changed & ~ctx.noisy
+        self._second_look(ctx.changed)
+        return _Judged(int(np.count_nonzero(loose)) >= self.params.wait_min, ctx.changed,
+                       ignored=int(np.count_nonzero(ctx.changed & ctx.noisy)), loose=loose)
+
+    def _judge_at_site(self, ctx: _Context, site: Mask, novel_only: bool,
+                       acted_in: Mask | None, keyboard: str, action: str) -> _Judged:
+        """Progress where the step acted, or what it caused elsewhere in its window."""
+        here = ctx.changed & site
+        if novel_only:
+            here = self._novel(here, ctx.frame)
+        noisy = ctx.noisy
+        if keyboard:
+            # Text appears where it is typed, it does not move: only the tiles next to
+            # those seen changing by themselves are noise there, not their whole blocks
+            # (a clock's digit below a field is no reason to ignore what is typed in it).
+            noisy = noisy & dilate(ctx.ambient, self.params.text_reach)
+        at_site = int(np.count_nonzero(here))
+        ignored = int(np.count_nonzero(here & noisy))
+        progress = at_site > ignored
+        if progress and keyboard == "key_combo" and caret_sized(here & ~noisy):
+            progress = False  # a caret's blink, in a phase no frame of the ring showed
+        ambient_now = ctx.changed & ~site
+        if acted_in is None:
+            return _Judged(progress, ambient_now, at_site, ignored)
+        away = ctx.changed & acted_in & ~site
+        caused = self._caused(away & ~ctx.noisy, ctx.frame, ctx.window)
+        # Noise or not: a place that answers the action changed at no other step.
+        new = self._novel(away & ~caused, ctx.frame)
+        answer = answering(new, action, self.transitions)
+        assert self._changes is not None
+        pending = new & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
+        progress = progress or bool(caused.any()) or bool(answer.any())
+        # Its edge tiles changed with it (a row shares tiles with the row above); what
+        # answers the action is not the screen moving by itself either.
+        ambient_now &= ~(dilate(caused, 1) | answer)
+        return _Judged(progress, ambient_now, at_site, ignored, caused=caused | answer,
+                       pending=pending)
+
+    def _judge_blind(self, ctx: _Context) -> _Judged:
+        """Nowhere known: the whole screen, where a change is progress when it lands on
+        tiles that had not changed lately, outside blocks that keep changing."""
+        assert self._changes is not None
+        fresh = (self._changes & ctx.window) == 0
+        progress = bool((ctx.changed & fresh & ctx.cool & ~ctx.noisy).any())
+        return _Judged(progress, np.zeros_like(ctx.changed))
+
+    def _big(self, changed: Mask) -> int:
+        """Tiles of new content that make a new screen or a dialog."""
+        return max(self.params.big_min, math.ceil(self.params.big_fraction * changed.size))
+
+    def _renewal(self, ctx: _Context, acted_in: Mask | None, last: Mask | None,
+                 progress: bool) -> tuple[bool, Mask | None]:
+        """Whether a large area changed to content no frame of the ring showed (a new
+        screen, a dialog: progress anywhere), and, if that alone is progress and lies
+        entirely away from the window acted in, those tiles (``_renewed_again``)."""
+        candidates = ctx.changed & ~ctx.noisy
         if acted_in is not None and last is not None:
             # Away from the window acted in, content renewing at two transitions in a row
             # (another program's display: top) is no new screen; a dialog opens once.
-            candidates &= acted_in | ~self._zone(last)
-        renewed_away: Mask | None = None
-        if int(np.count_nonzero(candidates)) >= big:
-            renewed = int(np.count_nonzero(self._novel(candidates, frame))) >= big
-            if renewed and not progress and acted_in is not None and not (
-                    candidates & acted_in).any():
-                renewed_away = candidates
-            progress = progress or renewed
-        if acted_in is not None and not observation:
-            self._renewed_again(changed, acted_in, big)
+            candidates &= acted_in | ~zone(last, self.params.block)
+        big = self._big(ctx.changed)
+        if int(np.count_nonzero(candidates)) < big:
+            return False, None
+        renewed = int(np.count_nonzero(self._novel(candidates, ctx.frame))) >= big
+        if renewed and not progress and acted_in is not None and not (
+                candidates & acted_in).any():
+            return True, candidates
+        return renewed, None
+
+    def _remember(self, ctx: _Context, judged: _Judged, renewed: bool,
+                  renewed_away: Mask | None, last: Mask | None, action: str) -> None:
+        """The registers shifted by this transition, the frame and the transition kept."""
+        assert self._changes is not None and self._blocks is not None
+        assert self._ambient is not None
+        block_changed = blocks_of(ctx.changed, self.params.block)
         # A uint16 shift drops the oldest bit: the register remembers 16 transitions.
-        changes = ((self._changes << 1) | changed).astype(np.uint16)
+        changes = ((self._changes << 1) | ctx.changed).astype(np.uint16)
         blocks = ((self._blocks << 1) | block_changed).astype(np.uint8)
+        ambient_now = judged.ambient_now
         if renewed:
             # A new screen or dialog: its tiles start afresh (typing into it is progress);
             # not the hot blocks (a clock) that changed meanwhile; it is no noise either.
-            changes[changed & cool] = 0
-            blocks[block_changed & ~hot] = 0
+            changes[ctx.changed & ctx.cool] = 0
+            blocks[block_changed & ~ctx.hot] = 0
             # Unless it keeps renewing: content new at two transitions in a row (top's
             # numbers) is moving by itself, a dialog opens once.
-            again = last if last is not None else noisy
-            ambient_now = ambient_now & (noisy | again)
+            again = last if last is not None else ctx.noisy
+            ambient_now = ambient_now & (ctx.noisy | again)
         self._ambient = ((self._ambient << 1) | ambient_now).astype(np.uint16)
         self._changes, self._blocks = changes, blocks
         self._seen += 1
         self._serial += 1
-        self.frames.append(frame)
-        self.transitions.append(Transition(self._serial, changed, progress, at_site, ignored,
-                                           loose, renewed_away=renewed_away))
-        return self._serial
+        self.frames.append(ctx.frame)
+        self.transitions.append(Transition(
+            self._serial, ctx.changed, judged.progress or renewed, judged.at_site,
+            judged.ignored, judged.loose, renewed_away=renewed_away, action=action,
+            caused=judged.caused, pending=judged.pending))
 
     def _renewed_again(self, changed: Mask, acted_in: Mask, big: int) -> None:
         """The transition before was progress only because another window's content
@@ -329,11 +318,14 @@ class ScreenHistory:
 
     def _novel(self, mask: Mask, frame: Frame) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no
-        earlier frame of the ring showed either: going back to a state seen is no change."""
-        out = mask.copy()
-        for older in list(self.frames)[:-1]:
-            out &= tile_difference(older, frame, self.pixel) > self.pixel.level
-        return out
+        earlier frame of the ring showed either: going back to a state seen is no change.
+        Worked out once per push, on the first call."""
+        if self._novel_all is None:
+            novel = np.ones(mask.shape, dtype=bool)
+            for older in list(self.frames)[:-1]:
+                novel &= tile_difference(older, frame, self.pixel) > self.pixel.level
+            self._novel_all = novel
+        return mask & self._novel_all
 
     def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
         """Of ``away`` (changed in the window acted in, away from the site, outside the
@@ -365,9 +357,12 @@ class ScreenHistory:
             return
         moved_on = changed & ~last.changed
         kept = last.loose & ~(dilate(moved_on, self.params.ambient_reach)
-                              | self._zone(moved_on))
+                              | self._zoned(moved_on))
         if int(np.count_nonzero(kept)) < self.params.wait_min:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
+
+    def _zoned(self, mask: Mask) -> Mask:
+        return zone(mask, self.params.block)
 
     def _noise(self, ambient: Mask, acted_in: Mask | None) -> Mask:
         """The places seen changing by themselves and the blocks around them: what moves by
@@ -376,22 +371,14 @@ class ScreenHistory:
         cannot draw inside it (a dialog opened over a clock, typed into)."""
         if not ambient.any():
             return ambient
-        spread = dilate(ambient, self.params.ambient_reach) | self._zone(ambient)
+        spread = dilate(ambient, self.params.ambient_reach) | self._zoned(ambient)
         if acted_in is None or not acted_in.any():
             return spread
         inner = ~dilate(~acted_in, 1)  # its edge tiles hold the pixels of both sides
         own = ambient & inner
         if not own.any():
             return spread & ~inner
-        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zone(own)
-
-    def _zone(self, mask: Mask) -> Mask:
-        """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""
-        b = self.params.block
-        zone = dilate(tile_max(mask.view(np.uint8), b).astype(bool), 1)
-        grown: Mask = np.repeat(np.repeat(zone, b, axis=0), b, axis=1)[:mask.shape[0],
-                                                                        :mask.shape[1]]
-        return grown
+        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zoned(own)
 
     def progressed(self, serial: int) -> bool | None:
         """Whether transition ``serial`` was progress; None if it is no longer remembered."""
@@ -410,4 +397,4 @@ class ScreenHistory:
             ignored = t.changed.copy() if ignored is None else ignored | t.changed
         if ignored is None:
             return Judgement(run, 0)
-        return Judgement(run, int(np.count_nonzero(ignored)), at_site, _box(ignored))
+        return Judgement(run, int(np.count_nonzero(ignored)), at_site, box_of(ignored))

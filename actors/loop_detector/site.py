@@ -8,7 +8,8 @@ window) as fractions of the screenshot (messages/dispatch.py ``ActionSite``). Fr
   list row's highlight);
 - typing at a point: the row of text through the point, across the window (a field's text
   starts at its left edge, wherever it was clicked), and the focus box;
-- a key without a point: where the replay last typed, and the focus box;
+- typing or a key without a point: where the replay last typed (forgotten at a click: the
+  focus may have moved, to a dialog just opened), and the focus box;
 - a scroll: a taller box around the point (the rows of the list move);
 - a ``wait``: no site, it is an observation of the whole screen;
 - after a click that moved the pointer: the spots under its previous and new positions,
@@ -90,7 +91,7 @@ def site_of(step: ObserveStep, last_typed: Box | None) -> Site | None:
             left, right = (window[0], window[0] + window[2]) if window else (0.0, 1.0)
             typed = (left, point[1] - TEXT_HALF_H, right - left, 2 * TEXT_HALF_H)
             boxes.append(typed)
-        elif kind == "key_combo" and last_typed is not None:
+        elif last_typed is not None:
             boxes.append(last_typed)
             typed = last_typed
         if focus is not None and (not boxes or focus[2] * focus[3] <= SMALL_FOCUS):

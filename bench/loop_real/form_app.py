@@ -28,6 +28,7 @@ ITEMS = [f"Patient {i:02d} — dossier {1000 + 7 * i}" for i in range(40)]
 class Form:
     def __init__(self, root: tk.Tk, state_file: Path, noise: set[str]) -> None:
         self.root, self.state_file = root, state_file
+        self.sheet = SheetDialog(root)
         root.title("Dossier patient")
         font = ("DejaVu Sans", 12)
         tk.Label(root, text="Nom", font=font).grid(row=0, column=0, sticky="w", padx=8, pady=6)
@@ -53,10 +54,8 @@ class Form:
             row=3, column=1, sticky="w", padx=8)
         tk.Button(root, text="Valider", font=font, width=10, command=lambda: None).grid(
             row=4, column=0, sticky="w", padx=8, pady=8)
-        tk.Button(root, text="Ouvrir la fiche", font=font, command=self.open_dialog).grid(
+        tk.Button(root, text="Ouvrir la fiche", font=font, command=self.sheet.open).grid(
             row=4, column=1, sticky="w", padx=8)
-        self.dialog: tk.Toplevel | None = None
-        self.dialog_entry: tk.Entry | None = None
         self.canvas = tk.Canvas(root, width=260, height=90, highlightthickness=0)
         self.canvas.grid(row=5, column=0, columnspan=2, sticky="w", padx=8, pady=6)
         self.noise = noise
@@ -68,24 +67,6 @@ class Form:
     def plus(self) -> None:
         self.count += 1
         self.count_label.configure(text=f"Doses : {self.count}")
-
-    def open_dialog(self) -> None:
-        if self.dialog is not None:
-            return
-        self.dialog = tk.Toplevel(self.root)
-        self.dialog.title("Fiche")
-        self.dialog.geometry("+760+260")
-        tk.Label(self.dialog, text="Observation", font=("DejaVu Sans", 12)).pack(padx=10,
-                                                                                 pady=6)
-        self.dialog_entry = tk.Entry(self.dialog, width=28, font=("DejaVu Sans", 12))
-        self.dialog_entry.pack(padx=10)
-        self.dialog_entry.focus_set()
-        tk.Button(self.dialog, text="Fermer", command=self.close_dialog).pack(pady=8)
-
-    def close_dialog(self) -> None:
-        if self.dialog is not None:
-            self.dialog.destroy()
-        self.dialog = self.dialog_entry = None
 
     def tick(self) -> None:
         c = self.canvas
@@ -118,13 +99,53 @@ class Form:
             "name": self.name.get(), "locked": self.locked.get(),
             "selection": list(self.listbox.curselection()),
             "list_top": round(self.listbox.yview()[0], 4), "count": self.count,
-            "check": self.check.get(), "dialog": self.dialog is not None,
-            "dialog_text": self.dialog_entry.get() if self.dialog_entry is not None else None,
+            "check": self.check.get(), **self.sheet.state(),
             "focus": str(self.root.focus_get()),
         }
 
     def dump(self) -> None:
         write_state(self.root, self.state_file, self.state, self.dump)
+
+
+class SheetDialog:
+    """The "Fiche" dialog: an observation to type, a button that closes it."""
+
+    def __init__(self, root: tk.Tk) -> None:
+        self.root = root
+        self.window: tk.Toplevel | None = None
+        self.entry: tk.Entry | None = None
+
+    def open(self) -> None:
+        if self.window is not None:
+            return
+        self.window = tk.Toplevel(self.root)
+        self.window.title("Fiche")
+        self.window.geometry("+760+260")
+        tk.Label(self.window, text="Observation", font=("DejaVu Sans", 12)).pack(padx=10,
+                                                                                 pady=6)
+        self.entry = tk.Entry(self.window, width=28, font=("DejaVu Sans", 12))
+        self.entry.pack(padx=10)
+        self.entry.focus_set()
+        tk.Button(self.window, text="Fermer", command=self.close).pack(pady=8)
+
+    def close(self) -> None:
+        if self.window is not None:
+            self.window.destroy()
+        self.window = self.entry = None
+
+    def state(self) -> dict[str, Any]:
+        return {"dialog": self.window is not None,
+                "dialog_text": self.entry.get() if self.entry is not None else None}
+
+
+def app_arguments() -> argparse.Namespace:
+    """An application's command line: ``STATE_FILE [--noise ...] [--x X --y Y]``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("state_file", type=Path)
+    parser.add_argument("--noise", default="")
+    parser.add_argument("--x", type=int, default=120)
+    parser.add_argument("--y", type=int, default=120)
+    return parser.parse_args()
 
 
 def write_state(root: tk.Tk, state_file: Path, state: Callable[[], dict[str, Any]],
@@ -138,12 +159,7 @@ def write_state(root: tk.Tk, state_file: Path, state: Callable[[], dict[str, Any
 
 def main(app: Callable[[tk.Tk, Path, set[str]], object] = Form) -> None:
     """Run ``app`` from the command line (``STATE_FILE [--noise ...] [--x X --y Y]``)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("state_file", type=Path)
-    parser.add_argument("--noise", default="")
-    parser.add_argument("--x", type=int, default=120)
-    parser.add_argument("--y", type=int, default=120)
-    args = parser.parse_args()
+    args = app_arguments()
     root = tk.Tk()
     root.geometry(f"+{args.x}+{args.y}")
     app(root, args.state_file, {n for n in args.noise.split(",") if n})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 import tkinter as tk
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ from bench.loop_real.form_app import main, write_state  # noqa: E402
 TOOLBAR = ("Ajouter une ligne", "Actualiser", "Imprimer", "Aide")
 
 
+def toolbar(bar: tk.Frame, font: tuple[str, int], add_row: Callable[[], None]
+            ) -> dict[str, tk.Button]:
+    """The toolbar's buttons, packed in ``bar``: the first adds a row, the others do
+    nothing (each highlights under the pointer: Tk's active background)."""
+    buttons = {}
+    for text in TOOLBAR:
+        button = tk.Button(bar, text=text, font=font,
+                           command=add_row if text == TOOLBAR[0] else (lambda: None))
+        button.pack(side="left", padx=3)
+        buttons[text] = button
+    return buttons
+
+
 class Journal:
     def __init__(self, root: tk.Tk, state_file: Path, noise: set[str]) -> None:
         self.root, self.state_file, self.noise = root, state_file, noise
@@ -34,12 +48,7 @@ class Journal:
         font = ("DejaVu Sans", 12)
         bar = tk.Frame(root)
         bar.grid(row=0, column=0, sticky="w", padx=8, pady=6)
-        self.buttons: dict[str, tk.Button] = {}
-        for text in TOOLBAR:
-            command = self.add_row if text == TOOLBAR[0] else (lambda: None)
-            button = tk.Button(bar, text=text, font=font, command=command)
-            button.pack(side="left", padx=3)
-            self.buttons[text] = button
+        self.buttons = toolbar(bar, font, self.add_row)
         tk.Label(root, text="Note", font=font).grid(row=1, column=0, sticky="w", padx=8)
         self.note = tk.Entry(root, width=40, font=font)
         self.note.grid(row=2, column=0, sticky="w", padx=8, pady=4)

@@ -82,7 +82,7 @@ class Step:
 class Scenario:
     name: str
     steps: list[Step]
-    app: str = "form"  # form | journal | xterm | xterm_noecho
+    app: str = "form"  # form | journal | fiche | web | xterm | xterm_noecho
     focus_first: tuple[int, int] | None = NAME_FIELD
     back_is_stuck: bool = False
     """A step that brings the state back to one the sequence already had changed nothing
@@ -181,6 +181,65 @@ JOURNAL_SCENARIOS = [
 JOURNAL_NOISES = ("quiet", "top", "app_analog_spinner", "xeyes", "busy", "app_clock")
 
 
+VALIDER, OPEN_SHEET, ACTIONS, NEXT = "Valider", "Ouvrir", "Actions", "Vue suivante"
+
+
+def fiche_scenarios(app: str) -> list[Scenario]:
+    """The patient sheet's scenarios (fiche_app.py in Tk, web_app.py in Chromium)."""
+
+    def sc(name: str, steps: list[Step]) -> Scenario:
+        return Scenario(f"{app}_{name}", steps, app=app, focus_first=None, back_is_stuck=True)
+
+    escape = Step("key", keys="Escape")
+    return [
+        # progress
+        sc("add_rows", [on(ADD) for _ in range(7)]),
+        sc("save_count", [on("note", "Pansement", "type")] + [on(VALIDER) for _ in range(6)]),
+        sc("menu_next", [s for _ in range(3) for s in (on(ACTIONS), on(NEXT))]),
+        sc("type_note", [on("note", t, "type") for t in ("Pan", "sem", "ent", " fa", "it")]
+           + [Step("type", None, text=t) for t in (" ce", " ma", "tin")]),
+        sc("dialog_fill", [on(OPEN_SHEET)] + [Step("type", None, text=t)
+                                        for t in ("Dr", " Ma", "rt", "in", " ok")]),
+        # stuck
+        sc("hover_toolbar", [on(b) for b in (REFRESH, PRINT, HELP) * 2 + (REFRESH,)]),
+        sc("type_erase", [on("note", "Re", "type")]
+           + [s for _ in range(3) for s in (on("note", "x", "type"),
+                                            Step("key", keys="BackSpace"))]),
+        sc("key_noop", [on("note", "Ana", "type")]
+           + [Step("key", keys="ctrl+F9") for _ in range(6)]),
+        sc("valider_empty", [on(VALIDER) for _ in range(7)]),
+        sc("menu_open_close", [s for _ in range(3) for s in (on(ACTIONS), escape)]
+           + [on(ACTIONS)]),
+        sc("dialog_reopen", [s for _ in range(3) for s in (on(OPEN_SHEET), escape)]
+           + [on(OPEN_SHEET)]),
+        sc("noop_same", [on(REFRESH) for _ in range(7)]),
+    ]
+
+
+FICHE_SCENARIOS = fiche_scenarios("fiche") + fiche_scenarios("web")
+TK_OR_WEB = ("form", "journal", "fiche", "web")
+
+FICHE_NOISES = {
+    # recorded first, tuned on
+    "tuning": [
+        Noise("xload", [["xload", "-update", "1", "-geometry", "300x150+1400+700"]],
+              in_app="clock"),
+        Noise("watch", [["xterm", "-geometry", "60x10+1250+80", "-e", "watch", "-n", "1",
+                         "date"]], in_app="spinner"),
+    ],
+    # recorded after the rules were set, never tuned on (dataset.py)
+    "held-out-2": [
+        Noise("eyes_top", [["xeyes", "-geometry", "200x150+1600+80"],
+                           ["xterm", "-geometry", "90x30+1250+420", "-e", "top", "-d", "0.5"]]),
+        Noise("clocks", [["xclock", "-update", "1", "-geometry", "220x220+1300+80"],
+                         ["xclock", "-digital", "-strftime", "%H:%M:%S", "-update", "1",
+                          "-geometry", "+1300+700"]], in_app="clock,spinner"),
+    ],
+}
+"""The second batch: every patient-sheet scenario, in both applications, beside each noise
+of a part."""
+
+
 class Desk:
     """One display with a noise's programs running."""
 
@@ -213,7 +272,7 @@ class App:
         self.state_file = tmp / f"{scenario.name}.json"
         self.state_file.unlink(missing_ok=True)
         env = desk.x.env()
-        if scenario.app in ("form", "journal"):
+        if scenario.app in TK_OR_WEB:
             argv = [sys.executable, str(Path(__file__).with_name(f"{scenario.app}_app.py")),
                     str(self.state_file), "--noise", desk.noise.in_app,
                     "--x", str(FORM[0]), "--y", str(FORM[1])]
@@ -236,7 +295,7 @@ class App:
 
     def state(self) -> Any:
         time.sleep(0.15)
-        if self.scenario.app in ("form", "journal"):
+        if self.scenario.app in TK_OR_WEB:
             for _ in range(20):
                 try:
                     data = json.loads(self.state_file.read_text())
@@ -289,7 +348,8 @@ def action_fields(step: Step) -> dict[str, Any]:
     return {"action_type": kind, "target": target, "parameters": params}
 
 
-def record(desk: Desk, scenario: Scenario, out: Path, tmp: Path, rng: random.Random) -> None:
+def record(desk: Desk, scenario: Scenario, out: Path, tmp: Path, rng: random.Random,
+           part: str = "") -> None:
     from agent.screen import geometry
 
     app = App(desk, scenario, tmp)
@@ -330,6 +390,8 @@ def record(desk: Desk, scenario: Scenario, out: Path, tmp: Path, rng: random.Ran
     stuck_from = None if last == len(changed) - 1 else last + 1
     meta = {"name": folder.name, "noise": desk.noise.name, "scenario": scenario.name,
             "stuck_from": stuck_from, "steps": steps}
+    if part:
+        meta["part"] = part
     (folder / "sequence.json").write_text(json.dumps(meta, indent=1))
     print(f"{folder.name}: changed {''.join('1' if c else '0' for c in changed)}"
           f" stuck_from={stuck_from}", flush=True)
@@ -362,12 +424,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "loop_real")
     parser.add_argument("--only", default="", help="record only names containing this")
     parser.add_argument("--noises", default="", help="comma-separated noise names (all)")
+    parser.add_argument("--part", choices=sorted(FICHE_NOISES), default="",
+                        help="record the patient sheet's batch of this part (default: the"
+                             " first batch, form and journal)")
     args = parser.parse_args()
     rng = random.Random(14)
     wanted = {n for n in args.noises.split(",") if n}
+    batch = plan(NOISES) if not args.part else [(noise, FICHE_SCENARIOS)
+                                                 for noise in FICHE_NOISES[args.part]]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for noise, scenarios in plan(NOISES):
+        for noise, scenarios in batch:
             if wanted and noise.name not in wanted:
                 continue
             todo = [s for s in scenarios if args.only in f"{noise.name}-{s.name}"]
@@ -376,7 +443,7 @@ def main() -> int:
             desk = Desk(noise)
             try:
                 for scenario in todo:
-                    record(desk, scenario, args.out, tmp, rng)
+                    record(desk, scenario, args.out, tmp, rng, args.part)
             finally:
                 desk.close()
     return 0

@@ -1,0 +1,72 @@
+"""Masks over a frame's tile grid (pixel.py's tiles): grown, boxed, grouped in blocks.
+
+The screen history (screen_history.py) keeps its registers per tile and per block of
+``block`` x ``block`` tiles; these are the shape operations it needs on them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from actors.loop_detector.pixel import tile_max
+
+Mask = npt.NDArray[np.bool_]
+
+_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+"""Set bits of each byte (numpy < 2 has no bitwise_count)."""
+
+
+def popcount8(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """Set bits of each byte."""
+    counted: npt.NDArray[np.uint8] = _BITS[values]
+    return counted
+
+
+def dilate(mask: Mask, reach: int) -> Mask:
+    """``mask`` grown by ``reach`` tiles in every direction (a square neighbourhood)."""
+    out = mask.copy()
+    for _ in range(reach):
+        grown = out.copy()
+        grown[1:] |= out[:-1]
+        grown[:-1] |= out[1:]
+        grown[:, 1:] |= grown[:, :-1].copy()
+        grown[:, :-1] |= grown[:, 1:].copy()
+        out = grown
+    return out
+
+
+def box_of(mask: Mask) -> tuple[float, float, float, float] | None:
+    """The box around ``mask``'s tiles as fractions of the grid; None if it is empty."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    h, w = mask.shape
+    return (round(float(cols[0]) / w, 3), round(float(rows[0]) / h, 3),
+            round(float(cols[-1] + 1 - cols[0]) / w, 3),
+            round(float(rows[-1] + 1 - rows[0]) / h, 3))
+
+
+def blocks_of(mask: Mask, block: int) -> Mask:
+    """Per block of ``block`` x ``block`` tiles, whether one of its tiles is set."""
+    blocks: Mask = tile_max(mask.view(np.uint8), block).astype(bool)
+    return blocks
+
+
+def as_tiles(blocks: Mask, block: int, shape: tuple[int, int]) -> Mask:
+    """A block mask spread back over the ``shape`` tile grid."""
+    grown: Mask = np.repeat(np.repeat(blocks, block, axis=0), block,
+                            axis=1)[:shape[0], :shape[1]]
+    return grown
+
+
+def zone(mask: Mask, block: int) -> Mask:
+    """The blocks holding ``mask``'s tiles and the blocks around them, as tiles."""
+    return as_tiles(dilate(blocks_of(mask, block), 1), block, mask.shape)
+
+
+def caret_sized(mask: Mask) -> bool:
+    """Whether ``mask``'s tiles fit in a caret: one column, at most two tiles tall."""
+    cols = np.flatnonzero(mask.any(axis=0))
+    return cols.size == 1 and int(np.count_nonzero(mask)) <= 2

@@ -11,6 +11,12 @@ content not yet explained), and it has not changed since. A pending change needs
 of another action since, that left the place as it was: a clock ticks whatever the agent
 does, so it changes at the other steps too, or, with one action repeated, nothing shows
 that it waits for that action.
+
+A short label's digit changed by the action is new content too small to be caused
+(a view's number after "Vue suivante", few pixels of one glyph): it is progress at once
+(``label_changed``) when its tiles had been steady (a clock in the window ticks at the
+first transitions too, and those tiles are then seen changing) and it is no caret shown
+or hidden (a caret blinks in a field of the window acted in).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from actors.loop_detector.history_records import Transition
-from actors.loop_detector.tile_masks import Mask
+from actors.loop_detector.pixel import Frame, PixelParams
+from actors.loop_detector.tile_masks import Mask, caret_stroke
 
 
 def answering(mask: Mask, action: str, transitions: Iterable[Transition]) -> Mask:
@@ -45,3 +52,14 @@ def answering(mask: Mask, action: str, transitions: Iterable[Transition]) -> Mas
             unchanged_since |= ~t.changed & ~resolved
         resolved |= last_change
     return mask & ok
+
+
+def label_changed(pending: Mask, before: Frame, after: Frame, steady: bool,
+                  pixel: PixelParams) -> bool:
+    """Whether ``pending`` (small new content in the window acted in, away from its site,
+    on tiles unchanged lately, outside the places that change by themselves) is a label
+    the action changed (the module's rule); ``steady``: the history has seen enough
+    transitions to call those tiles steady."""
+    if not steady or not pending.any():
+        return False
+    return not caret_stroke(before, after, pending, pixel.tile, pixel.level)

@@ -32,6 +32,9 @@ class HistoryParams:
     window_min: int = 16
     """After an input, this many tiles of new content in the window acted in, away from
     where it acted, are progress (a row added to a list below the button)."""
+    steady_min: int = 2
+    """Small new content in the window acted in is progress on tiles seen unchanged for
+    this many transitions at least (action_answers.py ``label_changed``)."""
     trail_tint: int = 32
     """At the spots under the pointer's previous and new positions, a tile whose pixels
     moved by at most this many grey levels is the hover highlight following the pointer

@@ -20,7 +20,8 @@ the pointer, a faint change under its two positions is its hover highlight
 (``trail_tint``). In the window acted in, away from the site: ``window_min`` tiles of new
 content on tiles that had not changed lately are what the action caused (a row added far
 below the button), and a place that answers the action is progress too
-(action_answers.py: a status line's counter after "Valider"). A wait is progress when
+(action_answers.py: a status line's counter after "Valider", a view's number changed by
+"Vue suivante" where the tiles had been steady, no caret's blink). A wait is progress when
 ``wait_min`` tiles changed outside the places that change by themselves.
 
 Nowhere known (an older agent): the whole screen, where a change is progress on tiles that
@@ -43,7 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from actors.loop_detector.action_answers import answering
+from actors.loop_detector.action_answers import answering, label_changed
 from actors.loop_detector.history_records import (
     DEFAULT_HISTORY,
     HistoryParams,
@@ -236,7 +237,9 @@ class ScreenHistory:
         answer = answering(new, action, self.transitions)
         assert self._changes is not None
         pending = new & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
-        progress = progress or bool(caused.any()) or bool(answer.any())
+        progress = progress or bool(caused.any()) or bool(answer.any()) or label_changed(
+            pending, self.frames[-1], ctx.frame, self._seen >= self.params.steady_min,
+            self.pixel)
         # Its edge tiles changed with it (a row shares tiles with the row above); what
         # answers the action is not the screen moving by itself either.
         ambient_now &= ~(dilate(caused, 1) | answer)

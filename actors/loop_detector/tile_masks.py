@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from actors.loop_detector.pixel import tile_max
+from actors.loop_detector.pixel import Frame, tile_max
 
 Mask = npt.NDArray[np.bool_]
 
@@ -70,3 +70,23 @@ def caret_sized(mask: Mask) -> bool:
     """Whether ``mask``'s tiles fit in a caret: one column, at most two tiles tall."""
     cols = np.flatnonzero(mask.any(axis=0))
     return cols.size == 1 and int(np.count_nonzero(mask)) <= 2
+
+
+def caret_stroke(before: Frame, after: Frame, mask: Mask, tile: int, level: int) -> bool:
+    """Whether what changed on ``mask``'s tiles between two frames is a caret shown or
+    hidden: every pixel that moved by more than ``level`` in one pixel column, two pixels
+    tall or more (a glyph turned into another changes strokes across columns, or a
+    pixel or so of a small digit; docs/loop-detection.md)."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    cols = np.flatnonzero(mask.any(axis=0))
+    if rows.size == 0:
+        return False
+    area = (slice(int(rows[0]) * tile, (int(rows[-1]) + 1) * tile),
+            slice(int(cols[0]) * tile, (int(cols[-1]) + 1) * tile))
+    a, b = before[area], after[area]
+    moved = (np.maximum(a, b) - np.minimum(a, b)) > level
+    inside = np.repeat(np.repeat(mask[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1], tile,
+                                 axis=0), tile, axis=1)[:moved.shape[0], :moved.shape[1]]
+    moved &= inside
+    return int(np.count_nonzero(moved.any(axis=0))) == 1 and int(
+        np.count_nonzero(moved.any(axis=1))) >= 2

@@ -36,9 +36,7 @@ def first_pauses() -> list[tuple[str, int | None, int | None, str]]:
 
 
 KNOWN = {
-    # A view's number whose first change ('1' turned '2') stays below the pixel level:
-    # nothing tells that step from a stuck one (docs/loop-detection.md).
-    "false": {"xload-web_menu_next", "eyes_top-web_menu_next"},
+    "false": set(),
     # A clock inside the click box of one action repeated, never seen ticking elsewhere;
     # a clock ticking in step with a menu opened and closed (it looks like the menu's
     # answer, action_answers.py).

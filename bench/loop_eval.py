@@ -63,7 +63,8 @@ from bench.screens import Sequence, encode, new_ambient, new_ui, render, sequenc
 from messages.loop import ObserveStep  # noqa: E402
 
 PART_NOTES = {"tuning": "tuned on", "held-out-1": "held out, then seen while tuning",
-              "held-out-2": "recorded after the rules were set, never tuned on"}
+              "held-out-2": "recorded after the rules were set, then seen while tuning",
+              "held-out-3": "recorded after the last rule was set, never tuned on"}
 
 
 class TimedPixel(PixelEmbedder):
@@ -328,7 +329,7 @@ def main() -> int:
     n = LoopConfig().screen_static_n
     real = load()
     floor = jpeg_decode_floor(real)
-    print("real set in three parts (bench/loop_real/dataset.py), by the programs beside the"
+    print("real set in four parts (bench/loop_real/dataset.py), by the programs beside the"
           " one acted in:")
     for part in PARTS:
         noises = sorted({s.noise for s in real if s.part == part})

@@ -15,6 +15,7 @@ state unchanged is stuck; a sequence is *stuck from* the first step after which 
 never changes again, *progress* if it changed at every step.
 
     python bench/loop_real/record.py [--out tests/data/loop_real] [--only NAME]
+    python bench/loop_real/record.py --part tuning|held-out-2|held-out-3  # the sheet's batches
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ class Noise:
     name: str
     programs: list[list[str]] = field(default_factory=list)
     in_app: str = ""
+    place: tuple[int, int] = FORM
+    """The top-left corner of the application acted in (the form, journal or sheet)."""
 
 
 NOISES = [
@@ -235,6 +238,16 @@ FICHE_NOISES = {
                          ["xclock", "-digital", "-strftime", "%H:%M:%S", "-update", "1",
                           "-geometry", "+1300+700"]], in_app="clock,spinner"),
     ],
+    # recorded after the rules were set again, the sheet elsewhere on the screen
+    "held-out-3": [
+        Noise("vmstat_log", [["xterm", "-geometry", "80x15+60+700", "-e", "vmstat", "1"],
+                             ["xterm", "-geometry", "50x12+1520+600", "-e", "sh", "-c",
+                              "while :; do date +%T.%N; sleep 0.4; done"]],
+              in_app="spinner", place=(600, 160)),
+        Noise("oclock_load", [["oclock", "-geometry", "180x180+100+820"],
+                              ["xload", "-update", "1", "-geometry", "400x120+1500+60"]],
+              in_app="clock", place=(600, 160)),
+    ],
 }
 """The second batch: every patient-sheet scenario, in both applications, beside each noise
 of a part."""
@@ -275,7 +288,7 @@ class App:
         if scenario.app in TK_OR_WEB:
             argv = [sys.executable, str(Path(__file__).with_name(f"{scenario.app}_app.py")),
                     str(self.state_file), "--noise", desk.noise.in_app,
-                    "--x", str(FORM[0]), "--y", str(FORM[1])]
+                    "--x", str(desk.noise.place[0]), "--y", str(desk.noise.place[1])]
         else:
             shell = ("stty -echo; cat > /dev/null" if scenario.app == "xterm_noecho"
                      else "cat > /dev/null")
@@ -290,7 +303,9 @@ class App:
         if scenario.focus_first is not None:
             xdo(desk.x.display, "mousemove", *map(str, scenario.focus_first), "click", "1")
         else:
-            xdo(desk.x.display, "mousemove", "400", "300", "click", "1")
+            # Inside the application (the page learns where it is from the pointer).
+            x, y = desk.noise.place
+            xdo(desk.x.display, "mousemove", str(x + 280), str(y + 180), "click", "1")
         time.sleep(0.4)
 
     def state(self) -> Any:

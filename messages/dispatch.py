@@ -71,8 +71,8 @@ class ClaimReply(Message, type_name="action.claim_reply"):
     reason: str | None = None  # why not: not_current, wrong_machine, paused, verdict_pending
     retry_in_s: float | None = Field(None, gt=0, le=60)
     """Not refused, not yet: claim again after this long (twice as long each time). Set
-    while a loop verdict on the step before is pending (actors/dispatcher/consult_inputs.py);
-    the verdict usually comes within milliseconds."""
+    while a loop verdict on the step before is pending
+    (actors/dispatcher/machine/consult_inputs.py); the verdict usually comes within milliseconds."""
 
 
 class ActionProgress(Message, type_name="action.progress"):
@@ -167,7 +167,7 @@ class ActionReport(Message, type_name="action.report"):
     site: ActionSite | None = None
     input_performed: InputPerformed | None = None
     """Said by every agent of this version; None (an older agent) is taken as ``unknown``
-    for a failed input action (actors/dispatcher/rules.py: ``input_state``)."""
+    for a failed input action (actors/dispatcher/machine/rules.py: ``input_state``)."""
     output_value: str | None = Field(None, max_length=10_000)
     """A ``read_text`` step: the text read where the step looks (also when it does not fit
     the step's pattern), judged again by the dispatcher (docs/protocol.md, "Outputs")."""

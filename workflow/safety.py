@@ -70,7 +70,7 @@ def declared_checks(action: Action) -> list[SafetyCheck]:
     A Workflow only admits the spec's shape (messages.workflow.PauseSafety); a lone Action
     is taken leniently but never loses a check: a bare string becomes a label, a missing
     id becomes ``check_<n>``, a repeated id gets ``_<n>``, a non-boolean ``required`` is
-    True. Same rules as the dispatcher's (actors/dispatcher/rules.py), on purpose.
+    True. Same rules as the dispatcher's (actors/dispatcher/machine/rules.py), on purpose.
     """
     raw = action.parameters.get("safety_checks")
     if not isinstance(raw, list):

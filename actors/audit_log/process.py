@@ -21,8 +21,8 @@ from loguru import logger
 from actors.audit_log.chain import ChainRecord
 from actors.audit_log.image_seal import ImageUndecryptable, KeyUnavailable
 from actors.audit_log.screenshots import digest_of
-from actors.audit_log.store import AuditStore
-from actors.audit_log.stores import open_store
+from actors.audit_log.store.audit_store import AuditStore
+from actors.audit_log.store.open import open_store
 from actors.base import Actor, Incoming, caller_of
 from messages import events
 from messages.audit import (
@@ -235,7 +235,7 @@ def _out(r: ChainRecord, states: Mapping[str, str]) -> AuditRecordOut:
 
 
 def _open_store(settings: Settings) -> AuditStore:
-    """The trail the settings name (stores.py); a database that cannot be reached is said in
+    """The trail the settings name (store/open.py); a database that cannot be reached is said in
     the log and ends the process (DATABASE_UNAVAILABLE_EXIT): the supervisor's restart policy
     applies (docs/operations.md)."""
     if not settings.database_url:

@@ -6,8 +6,8 @@ leaves). No sockets, no clock, no uuid: ``now`` is given and ids come from ``new
 shell stages a durable decision in the turn's transaction, commits, then performs its
 effects (docs/durability.md).
 
-:class:`DispatcherCore` owns the state (a :class:`~actors.dispatcher.book.ReplayBook`) and
-opens one transaction (:class:`~actors.dispatcher.book.Tx`) per input; the input is decided
+:class:`DispatcherCore` owns the state (a :class:`~actors.dispatcher.machine.book.ReplayBook`) and
+opens one transaction (:class:`~actors.dispatcher.machine.book.Tx`) per input; the input is decided
 by a plain function of the handler module named beside each method (``agent_inputs``,
 ``control_inputs``, ``watchdog_inputs``, ``consult_inputs``), made of the steps of
 ``steps``.
@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.dispatcher import (
+from actors.dispatcher.machine import (
     agent_inputs,
     consult_inputs,
     control_inputs,
@@ -52,9 +52,9 @@ from actors.dispatcher import (
     queue_inputs,
     watchdog_inputs,
 )
-from actors.dispatcher.book import ReplayBook
-from actors.dispatcher.effects import Decision
-from actors.dispatcher.state import DispatcherConfig, DispatcherState, ReplayState
+from actors.dispatcher.machine.book import ReplayBook
+from actors.dispatcher.machine.effects import Decision
+from actors.dispatcher.machine.state import DispatcherConfig, DispatcherState, ReplayState
 from messages.base import Message
 from messages.dispatch import (
     ActionProgress,

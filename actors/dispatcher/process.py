@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 from loguru import logger
 
 from actors.base import Actor, Deferred, Incoming, MachineOf, caller_of
-from actors.dispatcher import rules
 from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.core import DispatcherCore
-from actors.dispatcher.effects import (
+from actors.dispatcher.held_claims import HeldClaims
+from actors.dispatcher.leader.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
+from actors.dispatcher.loop_batch import LoopBatcher
+from actors.dispatcher.machine import rules
+from actors.dispatcher.machine.effects import (
     AuditRecord,
     Consult,
     Decision,
@@ -43,14 +46,11 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
-from actors.dispatcher.held_claims import HeldClaims
-from actors.dispatcher.loop_batch import LoopBatcher
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.dispatcher.settings import config_from_env
-from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.store import DispatcherStore
-from actors.dispatcher.store_db import StoreUnavailable
-from actors.dispatcher.stores import open_store
+from actors.dispatcher.store.db import StoreUnavailable
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
+from actors.dispatcher.store.open import open_store
 from audit_outbox.sender import BACKLOG_EVERY_S, AuditSender
 from messages import events
 from messages.base import Message
@@ -89,7 +89,7 @@ from runtime.settings import Settings
 from transport.client import CallFailed
 
 if TYPE_CHECKING:
-    from actors.dispatcher.lease import LeaseDb
+    from actors.dispatcher.store.lease import LeaseDb
 
 _C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay, CreateQueue,
              AddItems, ItemCommand)
@@ -102,7 +102,8 @@ _FLUSH_SENT_S = 0.2
 # it): its timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
 _DEADLINES_S = 5.0
-"""How often work items waiting are checked against their deadlines (queue_deadlines.py)."""
+"""How often work items waiting are checked against their deadlines
+(actors/dispatcher/machine/queue_deadlines.py)."""
 DISK_FAILURE_EXIT = 75
 """Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
 STORE_UNAVAILABLE_EXIT = 69
@@ -143,7 +144,8 @@ class DispatcherActor(Actor):
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         # Before the sockets: a database out of reach ends the process here; on PostgreSQL
-        # a standby waits here, no worker registered, until it leads (election.py).
+        # a standby waits here, no worker registered, until it leads
+        # (actors/dispatcher/leader/election.py).
         self.store = _open_store(settings)
         super().__init__(settings)
         # Half the connections at most: the others stay for reports and people.
@@ -426,7 +428,7 @@ class DispatcherActor(Actor):
 
 
 def _open_store(settings: Settings) -> DispatcherStore:
-    """The store the settings name (stores.py); a database that cannot be reached is said in
+    """The store the settings name (store/open.py); a database that cannot be reached is said in
     the log and ends the process (STORE_UNAVAILABLE_EXIT): the supervisor's restart policy
     applies (docs/operations.md)."""
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.safety_checks.core import SafetyChecksConfig
 
 PAYLOAD_MARGIN_S = 2.0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from actors.dispatcher import steps
-from actors.dispatcher.consult import LOOP_DETECTED
-from actors.dispatcher.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
-from actors.dispatcher.effects import Consult, Decision, Notify, TrackInFlight
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine import steps
+from actors.dispatcher.machine.consult import LOOP_DETECTED
+from actors.dispatcher.machine.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
+from actors.dispatcher.machine.effects import Consult, Decision, Notify, TrackInFlight
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.watchdog.core import WatchdogConfig, WatchdogCore
 from messages import events
 from messages.dispatch import (

@@ -3,7 +3,7 @@ core's state."""
 
 from __future__ import annotations
 
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine.state import DispatcherConfig
 from console.views import pause_view
 from messages.monitor import MonitorResolution
 from tests.unit.test_dispatcher_consult import answer, routing

@@ -1,7 +1,7 @@
 """Work queues in the dispatcher: what people ask of them, what agents say, and how a replay's
 fate becomes its item's (docs/queues.md).
 
-Plain functions of the decision's :class:`~actors.dispatcher.book.Tx`, as the other handler
+Plain functions of the decision's :class:`~actors.dispatcher.machine.book.Tx`, as the other handler
 modules. The item's state machine is queue_rules.py; the memory and its indexes are
 queue_book.py. Items are written in the same transaction as the replays they start, before
 anything leaves (docs/durability.md).
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.dispatcher import control_inputs, queue_rules
-from actors.dispatcher.book import ReplayBook, Tx
-from actors.dispatcher.effects import Decision
-from actors.dispatcher.queue_book import AgentSeen, QueueBook, QueueDef, QueueItem
-from actors.dispatcher.rules import base_id
-from actors.dispatcher.state import PAUSED, ReplayState
+from actors.dispatcher.machine import control_inputs, queue_rules
+from actors.dispatcher.machine.book import ReplayBook, Tx
+from actors.dispatcher.machine.effects import Decision
+from actors.dispatcher.machine.queue_book import AgentSeen, QueueBook, QueueDef, QueueItem
+from actors.dispatcher.machine.rules import base_id
+from actors.dispatcher.machine.state import PAUSED, ReplayState
 from messages import events
 from messages.control import ErrorReply
 from messages.queue import (

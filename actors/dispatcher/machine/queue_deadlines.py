@@ -13,9 +13,9 @@ of a pool's waiting items, and only pools with a deadline somewhere are looked a
 
 from __future__ import annotations
 
-from actors.dispatcher.book import Tx
-from actors.dispatcher.queue_book import QueueItem
-from actors.dispatcher.queue_rules import TAKEABLE, order_key
+from actors.dispatcher.machine.book import Tx
+from actors.dispatcher.machine.queue_book import QueueItem
+from actors.dispatcher.machine.queue_rules import TAKEABLE, order_key
 from messages import events
 
 MEASURED = 20

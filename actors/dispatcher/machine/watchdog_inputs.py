@@ -1,16 +1,16 @@
 """What the watchdog asks the dispatcher: the actions in flight, resend an orphan, give it up.
 
-Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (same pure rules:
+Plain functions of the decision's :class:`~actors.dispatcher.machine.book.Tx` (same pure rules:
 one input and the time in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore`
 calls them.
 """
 
 from __future__ import annotations
 
-from actors.dispatcher import rules, steps
-from actors.dispatcher.book import ReplayBook, Tx, who
-from actors.dispatcher.effects import Decision
-from actors.dispatcher.state import Resolution
+from actors.dispatcher.machine import rules, steps
+from actors.dispatcher.machine.book import ReplayBook, Tx, who
+from actors.dispatcher.machine.effects import Decision
+from actors.dispatcher.machine.state import Resolution
 from messages import events
 from messages.dispatch import InFlightList, OrphanGiveUp, OrphanResend
 from messages.replay import Ack

@@ -1,6 +1,6 @@
 """The answers of the actors the dispatcher consults, and the loop verdicts it does not wait for.
 
-Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (same pure rules:
+Plain functions of the decision's :class:`~actors.dispatcher.machine.book.Tx` (same pure rules:
 one input and the time in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore`
 calls them.
 
@@ -9,8 +9,8 @@ detector and the next action is dispatched at once, without waiting for the verd
 detector's round trip stays off the path of every step. What a verdict must stop is input
 to the workstation, and every input action is claimed by the agent before it runs
 (agent_inputs.claim): while a verdict is pending the claim is held and answered when it
-comes (held_claims.py, a few at a time), else answered "not yet" (:data:`VERDICT_PENDING`,
-``retry_in_s``) and the agent asks again. A
+comes (actors/dispatcher/held_claims.py, a few at a time), else answered "not yet"
+(:data:`VERDICT_PENDING`, ``retry_in_s``) and the agent asks again. A
 verdict that says "loop" pauses the replay, and the pause withdraws the action in flight
 if it is an input action, which was then never granted: it goes back to the head of the
 queue and runs on resume (steps.withdraw). An action without input (``wait``,
@@ -22,10 +22,10 @@ are ahead of their verdicts (beyond that, the replay waits for one, ``awaiting_l
 
 from __future__ import annotations
 
-from actors.dispatcher import consult, steps
-from actors.dispatcher.book import Tx, who
-from actors.dispatcher.effects import Consult, Decision
-from actors.dispatcher.state import Awaiting, InFlightEntry, ReplayState
+from actors.dispatcher.machine import consult, steps
+from actors.dispatcher.machine.book import Tx, who
+from actors.dispatcher.machine.effects import Consult, Decision
+from actors.dispatcher.machine.state import Awaiting, InFlightEntry, ReplayState
 from messages import events
 from messages.base import Message
 from messages.dispatch import ActionReport

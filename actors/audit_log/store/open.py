@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.audit_log.image_keys import ImageCipher
-from actors.audit_log.store import AuditStore
-from actors.audit_log.store_db import AuditDb, SqliteAuditDb, default_keyring
+from actors.audit_log.store.audit_store import AuditStore
+from actors.audit_log.store.db import AuditDb, SqliteAuditDb, default_keyring
 from runtime.liveness import Beacon
 from runtime.settings import Settings
 
@@ -29,7 +29,7 @@ def open_store(settings: Settings,
     cipher = ImageCipher(keyring_path(settings))  # loaded by the store (it may create it)
     if not settings.database_url:
         return AuditStore(settings.data_dir, SqliteAuditDb.open(settings.data_dir, cipher))
-    from actors.audit_log.pg_store import PgAuditDb
+    from actors.audit_log.store.postgres import PgAuditDb
 
     # The wait for the server is bounded and beats (runtime/liveness.py): the supervisor
     # sees an actor waiting, not a hung one.
@@ -49,6 +49,6 @@ def open_reader(settings: Settings) -> AuditDb:
     cipher.load()
     if not settings.database_url:
         return SqliteAuditDb.open_readonly(settings.data_dir, cipher)
-    from actors.audit_log.pg_store import PgAuditDb
+    from actors.audit_log.store.postgres import PgAuditDb
 
     return PgAuditDb.open_readonly(settings.database_url, cipher)

@@ -1,8 +1,8 @@
 """Persistence of the dispatcher's state, its outbox and its reports log (D1).
 
 The SQL and the group commit are here, run on SQLite (this module: the embedded default, a
-file in the data directory) or on PostgreSQL (pg_store.py, when ``LEA_DATABASE_URL`` is
-set); stores.py opens the one the settings name. What follows is said of SQLite; the
+file in the data directory) or on PostgreSQL (postgres.py, when ``LEA_DATABASE_URL`` is
+set); open.py opens the one the settings name. What follows is said of SQLite; the
 PostgreSQL guarantees are the same (docs/durability.md).
 
 Durability (docs/durability.md): WAL journal, ``synchronous=FULL``, and nothing leaves the
@@ -11,7 +11,7 @@ the transaction of its turn (:meth:`DispatcherStore.stage`) and *hardens* the tu
 (:meth:`DispatcherStore.harden`: one COMMIT, one fsync of the WAL for every decision of the
 turn), and only then are the turn's replies, dispatches and audit records sent: a group
 commit. A crash or a power cut before the COMMIT loses decisions nobody has heard of.
-A thread (syncer.py) checkpoints the WAL into the database file off the loop.
+A thread (wal_syncer.py) checkpoints the WAL into the database file off the loop.
 
 Outbox ids (audit record ids are made of them) are never reused, whatever a cut rolls back:
 each open of the store durably starts a new *epoch*, and the ids of an epoch start at
@@ -36,8 +36,7 @@ import msgpack
 from loguru import logger
 from pydantic import ValidationError
 
-from actors.dispatcher import queue_store
-from actors.dispatcher.effects import (
+from actors.dispatcher.machine.effects import (
     AuditRecord,
     Decision,
     Effect,
@@ -45,8 +44,8 @@ from actors.dispatcher.effects import (
     effect_from_dict,
     effect_to_dict,
 )
-from actors.dispatcher.queue_book import QueueDef, QueueItem
-from actors.dispatcher.state import (
+from actors.dispatcher.machine.queue_book import QueueDef, QueueItem
+from actors.dispatcher.machine.state import (
     TERMINAL,
     DispatcherState,
     ReplayState,
@@ -54,10 +53,12 @@ from actors.dispatcher.state import (
     mutable_dump,
     mutable_restore,
 )
-from actors.dispatcher.store_db import Rows, StoreDb
-from actors.dispatcher.syncer import SYNC_INTERVAL_S, WalSyncer
+from actors.dispatcher.store import queue_rows as queue_store
+from actors.dispatcher.store.db import StoreDb
+from actors.dispatcher.store.wal_syncer import SYNC_INTERVAL_S, WalSyncer
 from messages.workflow import Workflow
 from runtime import sqlite_store
+from runtime.store_db import Rows
 
 SCHEMA_VERSION = 1
 DB_NAME = "dispatcher.sqlite3"
@@ -116,7 +117,7 @@ def _create(db: sqlite3.Connection) -> None:
 
 class SqliteDb:
     """The store's :class:`StoreDb` on SQLite: WAL, ``synchronous=FULL``, outbox epochs, the
-    WAL checkpointed off the loop (syncer.py)."""
+    WAL checkpointed off the loop (wal_syncer.py)."""
 
     versioned = False
     pipelined = False
@@ -168,7 +169,7 @@ def _unpack(data: bytes) -> Any:
 class DispatcherStore:
     """The dispatcher's database; one instance per process, used from one thread.
 
-    ``where``: the SQLite file, or an open :class:`StoreDb` (pg_store.py)."""
+    ``where``: the SQLite file, or an open :class:`StoreDb` (postgres.py)."""
 
     def __init__(self, where: str | Path | StoreDb, *, keep_finished: int = 1000,
                  sync_interval_s: float = SYNC_INTERVAL_S) -> None:
@@ -290,7 +291,7 @@ class DispatcherStore:
                     continue
                 body = effect_to_dict(effect)
                 # Its id is read at the commit (harden): on PostgreSQL the turn's statements
-                # go out without waiting for their results (pg_store.py).
+                # go out without waiting for their results (postgres.py).
                 rows = db.execute("INSERT INTO outbox (kind, body) VALUES (?, ?) RETURNING id",
                                   (body["kind"], _pack(body)))
                 self._outbox_rows.append((rows if db.pipelined else int(rows.fetchone()[0]),
@@ -398,7 +399,7 @@ class DispatcherStore:
         return len(r.resolved)
 
     def load_queues(self) -> tuple[list[QueueDef], list[QueueItem]]:
-        """Every work queue and every item (queue_store.py)."""
+        """Every work queue and every item (queue_rows.py)."""
         return queue_store.load(self._db)
 
     def _write_report(self, db: StoreDb, rec: RecordReport) -> None:

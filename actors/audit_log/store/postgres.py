@@ -1,5 +1,5 @@
 """The audit trail on PostgreSQL (``LEA_DATABASE_URL``, psycopg 3): an
-:class:`~actors.audit_log.store_db.AuditDb` that runs the SQL of store.py, in the schema
+:class:`~actors.audit_log.store.db.AuditDb` that runs the SQL of audit_store.py, in the schema
 ``audit``.
 
 The same guarantees as on SQLite (docs/durability.md, "The audit trail on PostgreSQL"):
@@ -49,8 +49,8 @@ up on it. An append waits on its client for milliseconds between statements."""
 LOCK_WAIT_S = 1.5
 """How long a write transaction waits for the chain's lock before it is refused (the append
 fails, its sender sends it again): the actor's loop, which beats its liveness beacon, is
-never held longer (stores.py makes it half of ``LEA_BEACON_TIMEOUT_S``)."""
-# store_db.py's SQLite schema in PostgreSQL's types, plus the images and the chain's lock.
+never held longer (open.py makes it half of ``LEA_BEACON_TIMEOUT_S``)."""
+# db.py's SQLite schema in PostgreSQL's types, plus the images and the chain's lock.
 _TABLES = f"""
 CREATE SCHEMA IF NOT EXISTS {SCHEMA};
 SET search_path = {SCHEMA};

@@ -2,7 +2,7 @@
 (docs/queues.md).
 
 Choosing the next item of a pool is a heap pop, not a scan: each pool keeps a heap of its
-takeable items by :func:`~actors.dispatcher.queue_rules.order_key`, and a heap of items
+takeable items by :func:`~actors.dispatcher.machine.queue_rules.order_key`, and a heap of items
 waiting for their ``not_before``. Entries are dropped lazily: one whose item is no longer
 takeable when it comes up is skipped.
 """
@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.dispatcher.queue_rules import TAKEABLE, order_key
+from actors.dispatcher.machine.queue_rules import TAKEABLE, order_key
 from messages.queue import ItemStateName, Priority
 from messages.workflow import Workflow
 

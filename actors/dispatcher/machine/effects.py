@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.dispatcher.queue_book import QueueDef, QueueItem
-from actors.dispatcher.state import ReplayState
+from actors.dispatcher.machine.queue_book import QueueDef, QueueItem
+from actors.dispatcher.machine.state import ReplayState
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.dispatch import ActionReport, DispatchAction, InFlight

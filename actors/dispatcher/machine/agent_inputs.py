@@ -1,18 +1,18 @@
 """What an agent tells the dispatcher: reports, claims, progress, hello.
 
-Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (one input and the time
-in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore` calls them. A report
+Plain functions of the decision's :class:`~actors.dispatcher.machine.book.Tx` (one input and the
+time in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore` calls them. A report
 is followed here from its arrival (:func:`report`) to its effect on the replay
 (:func:`apply_report`): done, retried, or paused for a person.
 """
 
 from __future__ import annotations
 
-from actors.dispatcher import consult, consult_inputs, rules, steps
-from actors.dispatcher.book import ReplayBook, Tx, who
-from actors.dispatcher.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING
-from actors.dispatcher.effects import Decision, RecordReport, TrackInFlight
-from actors.dispatcher.state import PAUSED, InFlightEntry, ReplayState, Resolution
+from actors.dispatcher.machine import consult, consult_inputs, rules, steps
+from actors.dispatcher.machine.book import ReplayBook, Tx, who
+from actors.dispatcher.machine.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING
+from actors.dispatcher.machine.effects import Decision, RecordReport, TrackInFlight
+from actors.dispatcher.machine.state import PAUSED, InFlightEntry, ReplayState, Resolution
 from messages import events
 from messages.control import ErrorReply
 from messages.dispatch import (
@@ -212,7 +212,7 @@ def agent_hello(tx: Tx, msg: AgentHello, underway: frozenset[str] = frozenset())
 
     Not resent: the attempts the hello says the agent holds, and ``underway``, those the
     shell knows to be in this agent process's hands or still on their way to it (a
-    dispatch the broker queued before the agent was there: process.py).
+    dispatch the broker queued before the agent was there: actors/dispatcher/process.py).
     """
     resent: list[str] = []
     held = set(msg.holding) | underway

@@ -1,18 +1,18 @@
 """What people and the dispatcher's own start ask of the core: start, status, resume,
 cancel, pause, and the recovery after a restart.
 
-Plain functions of the decision's :class:`~actors.dispatcher.book.Tx` (one input and the time
-in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore` calls them.
+Plain functions of the decision's :class:`~actors.dispatcher.machine.book.Tx` (one input and the
+time in, a Decision out); :class:`~actors.dispatcher.core.DispatcherCore` calls them.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from actors.dispatcher import rules, steps
-from actors.dispatcher.book import ReplayBook, Tx, who
-from actors.dispatcher.effects import Decision, Notify
-from actors.dispatcher.state import PAUSED, ReplayState
+from actors.dispatcher.machine import rules, steps
+from actors.dispatcher.machine.book import ReplayBook, Tx, who
+from actors.dispatcher.machine.effects import Decision, Notify
+from actors.dispatcher.machine.state import PAUSED, ReplayState
 from messages import events
 from messages.control import ErrorReply
 from messages.pause import AgentPauseEnded

@@ -1,13 +1,14 @@
 """Leader election among dispatchers sharing one PostgreSQL database, fenced by the
 database (docs/operations.md, "Several dispatchers"; the rules: role.py; the lease and its
-fencing token: lease.py).
+fencing token: actors/dispatcher/store/lease.py).
 
 The leader holds a lease in the database, renewed every :data:`lease.RENEW_EVERY_S`; a
 standby takes it over when the leader's session is gone (kill -9) or its lease expired (a
 leader cut off: it is replaced at the lease's end, :func:`lease.lease_s`, whatever the
 server's TCP keepalives). Every turn of a leader checks its fencing token in its own
 transaction, so a deposed leader's next commit fails (the dispatcher then stops,
-process.py) and no two dispatchers ever commit decisions at once, whoever believes what.
+actors/dispatcher/process.py) and no two dispatchers ever commit decisions at once, whoever
+believes what.
 
 A standby (:func:`wait_to_lead`) runs a small loop of its own before the actor is built: no
 worker registers the ``dispatcher`` service, the supervisor's beacon beats, its role is
@@ -32,9 +33,7 @@ import zmq
 from loguru import logger
 
 from actors.base import Actor
-from actors.dispatcher import lease
-from actors.dispatcher.lease import LeaseDb
-from actors.dispatcher.role import (
+from actors.dispatcher.leader.role import (
     BrokerSaid,
     Do,
     Role,
@@ -43,6 +42,8 @@ from actors.dispatcher.role import (
     brokers_serve,
     decide,
 )
+from actors.dispatcher.store import lease
+from actors.dispatcher.store.lease import LeaseDb
 from messages.events import DISPATCHER_ROLE
 from runtime.settings import Settings
 from transport import mdp

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
-from actors.dispatcher.effects import Decision, SendToAgent
-from actors.dispatcher.state import PAUSED, ReplayState
+from actors.dispatcher.machine.effects import Decision, SendToAgent
+from actors.dispatcher.machine.state import PAUSED, ReplayState
 
 
 def _fail(name: str, text: str) -> NoReturn:

@@ -11,19 +11,19 @@ Three consultations hold a replay (``ReplayState.awaiting``) until answered or t
 - ``loop``: after a report, the loop detector's verdict (docs/screens-and-pauses.md); no
   answer → the replay goes on (the miss is an event). Pipelined: the next step is dispatched
   meanwhile and only its input waits for the verdict (consult_inputs.py); sent in batches
-  (loop_batch.py).
+  (actors/dispatcher/loop_batch.py).
 
 An answer names its consultation by token: one that arrives after the replay moved on (a
 pause, a cancel, a restart that asked again) is stale and changes nothing. The functions
-here are pure; the core (core.py) applies them.
+here are pure; the core (actors/dispatcher/core.py) applies them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from actors.dispatcher import rules
-from actors.dispatcher.state import DispatcherConfig, InFlightEntry, ReplayState
+from actors.dispatcher.machine import rules
+from actors.dispatcher.machine.state import DispatcherConfig, InFlightEntry, ReplayState
 from messages.base import Message
 from messages.dispatch import ActionReport
 from messages.loop import IMAGE_MAGIC, LOOP_DETECTED, LoopVerdict, ObserveStep

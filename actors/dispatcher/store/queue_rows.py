@@ -1,6 +1,6 @@
 """Work queues and items in the dispatcher's database (docs/queues.md): their tables and SQL,
-run by store.py's :class:`~actors.dispatcher.store.DispatcherStore` in the turn's
-transaction, on SQLite or PostgreSQL (pg_store.py keeps the same tables in its types).
+run by dispatcher_store.py's :class:`~actors.dispatcher.store.dispatcher_store.DispatcherStore` in
+the turn's transaction, on SQLite or PostgreSQL (postgres.py keeps the same tables in its types).
 
 A reference is unique within its queue whatever its item's state: the primary key says so,
 not a check before the insert. An item is one row: its state beside the whole item packed
@@ -14,8 +14,8 @@ from typing import Any
 
 import msgpack
 
-from actors.dispatcher.queue_book import QueueDef, QueueItem
-from actors.dispatcher.store_db import StoreDb
+from actors.dispatcher.machine.queue_book import QueueDef, QueueItem
+from actors.dispatcher.store.db import StoreDb
 from messages.workflow import Workflow
 
 SCHEMA = """

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from actors.dispatcher.rules import base_id
+from actors.dispatcher.machine.rules import base_id
 from messages.dispatch import DispatchMeta, InFlight
 from messages.outputs import ReadText
 from messages.replay import Mode, ReplayStatusName, ReplaySummary, SafetyCheck

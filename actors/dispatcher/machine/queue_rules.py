@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from actors.dispatcher import rules
+from actors.dispatcher.machine import rules
 from messages.loop import LOOP_DETECTED
 from messages.queue import ItemStateName, Priority, QueueCommandName
 from workflow.identity import IDENTITY_MISMATCH

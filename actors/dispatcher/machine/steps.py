@@ -1,7 +1,7 @@
 """The small steps every input of the dispatcher core is made of.
 
 Dispatch, resend, pause, complete, purge: each takes the decision's :class:`Tx` (and through
-it the :class:`~actors.dispatcher.book.ReplayBook`) and the replay it changes.
+it the :class:`~actors.dispatcher.machine.book.ReplayBook`) and the replay it changes.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
-from actors.dispatcher import consult, rules
-from actors.dispatcher.book import Tx, who
-from actors.dispatcher.effects import (
+from actors.dispatcher.machine import consult, rules
+from actors.dispatcher.machine.book import Tx, who
+from actors.dispatcher.machine.effects import (
     Consult,
     Notify,
     SendToAgent,
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.state import (
+from actors.dispatcher.machine.state import (
     PAUSED,
     Awaiting,
     DispatcherConfig,

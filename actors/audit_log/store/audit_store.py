@@ -1,6 +1,6 @@
 """The audit trail's store, owned by the audit_log actor: the SQL, written once, on an
-:class:`~actors.audit_log.store_db.AuditDb`: SQLite in the data directory (``audit.db``, the
-embedded default) or PostgreSQL (``LEA_DATABASE_URL``, pg_store.py).
+:class:`~actors.audit_log.store.db.AuditDb`: SQLite in the data directory (``audit.db``, the
+embedded default) or PostgreSQL (``LEA_DATABASE_URL``, postgres.py).
 
 Durability: the actor acknowledges a request only once its COMMIT has returned, durable
 (SQLite: WAL with ``synchronous=FULL``; PostgreSQL: ``synchronous_commit = on``). Every
@@ -40,7 +40,7 @@ from actors.audit_log.chain import (
 from actors.audit_log.evidence import PRUNE_KIND
 from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.screenshots import digest_of
-from actors.audit_log.store_db import DB_NAME, AuditDb, Reader, SqliteAuditDb, audit_paths
+from actors.audit_log.store.db import DB_NAME, AuditDb, Reader, SqliteAuditDb, audit_paths
 from messages.audit import RESERVED_SOURCE, AuditRecordIn, ScreenshotState
 from runtime.durability import fsync_dir, write_atomic
 

@@ -1,5 +1,5 @@
 """The dispatcher's store on PostgreSQL (``LEA_DATABASE_URL``, psycopg 3): a
-:class:`~actors.dispatcher.store_db.StoreDb` that runs the SQL of store.py.
+:class:`~actors.dispatcher.store.db.StoreDb` that runs the SQL of dispatcher_store.py.
 
 The same guarantees as on SQLite (docs/durability.md, "The dispatcher's database on
 PostgreSQL"):
@@ -17,8 +17,8 @@ PostgreSQL"):
 
 The tables live in the schema ``dispatcher`` (the database may hold other stores). Each write
 of a replay bumps ``replays.version``. Dispatchers sharing the database take turns: one leads,
-holding the leader's lease, the others wait (election.py); each turn of the leader begins by
-checking its fencing token in the same transaction (lease.py).
+holding the leader's lease, the others wait (actors/dispatcher/leader/election.py); each turn of
+the leader begins by checking its fencing token in the same transaction (lease.py).
 A lost connection is reported to ``on_lost`` (the dispatcher stops: what it holds in memory
 may be ahead of what is committed, and it restarts from the database).
 """
@@ -33,17 +33,17 @@ from typing import Any
 import psycopg
 from loguru import logger
 
-from actors.dispatcher import lease
-from actors.dispatcher.store import SCHEMA_VERSION
-from actors.dispatcher.store_db import StoreUnavailable
+from actors.dispatcher.store import lease
+from actors.dispatcher.store.db import StoreUnavailable
+from actors.dispatcher.store.dispatcher_store import SCHEMA_VERSION
 from runtime import pg
 
 SCHEMA = "dispatcher"
 _LOCK = "lea.dispatcher.schema"
 
-# The tables of store.py's SQLite schema, in PostgreSQL's types. ``resolved.rowid``: the
-# order of insertion, under the name SQLite gives its implicit one (store.py's queries use
-# it); identity columns for SQLite's AUTOINCREMENT.
+# The tables of dispatcher_store.py's SQLite schema, in PostgreSQL's types. ``resolved.rowid``: the
+# order of insertion, under the name SQLite gives its implicit one (dispatcher_store.py's queries
+# use it); identity columns for SQLite's AUTOINCREMENT.
 _TABLES = f"""
 CREATE SCHEMA IF NOT EXISTS {SCHEMA};
 SET search_path = {SCHEMA};
@@ -146,7 +146,7 @@ class PgDb(pg.Session):
     def begin(self) -> None:
         """Open the turn's transaction in pipeline mode: its statements go out without
         waiting for their results, which all come back with the COMMIT's, one round trip
-        for the turn (a read that needs its rows waits for them: store.py reads none in a
+        for the turn (a read that needs its rows waits for them: dispatcher_store.py reads none in a
         turn). The fence first (lease.py): another dispatcher leads, and the turn fails."""
         self._pipeline = contextlib.ExitStack()
         try:

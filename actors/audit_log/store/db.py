@@ -1,8 +1,8 @@
-"""What the audit store (store.py) needs of its database and of where its images go.
+"""What the audit store (audit_store.py) needs of its database and of where its images go.
 
-:class:`~actors.audit_log.store.AuditStore` holds the SQL (written once, with ``?`` marks);
-an :class:`AuditDb` runs it: SQLite in the data directory (:class:`SqliteAuditDb`, the
-embedded default, images as files beside it) or PostgreSQL (pg_store.py, with
+:class:`~actors.audit_log.store.audit_store.AuditStore` holds the SQL (written once, with ``?``
+marks); an :class:`AuditDb` runs it: SQLite in the data directory (:class:`SqliteAuditDb`, the
+embedded default, images as files beside it) or PostgreSQL (postgres.py, with
 ``LEA_DATABASE_URL``: images in the database). Both keep the same tables and the same
 guarantees (docs/durability.md, "The audit trail on PostgreSQL").
 """
@@ -20,20 +20,11 @@ from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.screenshots import ScreenshotFiles
 from runtime import sqlite_store
 from runtime.durability import fsync_dir
-
-
-class Rows(Protocol):
-    """The rows of one statement."""
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-    def __iter__(self) -> Iterator[Any]: ...
+from runtime.store_db import Database, Rows
 
 
 class Reader(Protocol):
-    """Enough to read the chain (:func:`~actors.audit_log.store.iter_chain`)."""
+    """Enough to read the chain (:func:`~actors.audit_log.store.audit_store.iter_chain`)."""
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows: ...
 
@@ -67,7 +58,7 @@ class Images(Protocol):
     def close(self) -> None: ...
 
 
-class AuditDb(Reader, Protocol):
+class AuditDb(Reader, Database, Protocol):
     """One connection, used from one thread."""
 
     where: str
@@ -79,16 +70,12 @@ class AuditDb(Reader, Protocol):
     @property
     def images(self) -> Images: ...
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
-
     def appending(self) -> AbstractContextManager[None]:
         """A write transaction holding the chain's lock from its start: the head read in it
         is the head, whoever else appends (all or nothing; durable once the block ends)."""
 
     def snapshot(self) -> AbstractContextManager[None]:
         """A read-only transaction that sees one consistent state of the trail."""
-
-    def close(self) -> None: ...
 
 
 _SCHEMA = """

@@ -1,5 +1,6 @@
 """The leader's lease among dispatchers sharing one PostgreSQL database, and its fencing
-token (docs/operations.md, "Several dispatchers"; the election around it: election.py).
+token (docs/operations.md, "Several dispatchers"; the election around it:
+actors/dispatcher/leader/election.py).
 
 One row, ``dispatcher.leader``: the fencing ``token`` (bumped by each new leader), the
 ``pid`` of the leader's session (its store's connection, ``pg_backend_pid()``) and when the
@@ -14,7 +15,7 @@ compare). The leader renews it every :data:`RENEW_EVERY_S`; a standby takes it o
   commit.
 
 Every turn of a leader begins by checking its token in the same transaction
-(``dispatcher.fence``, pg_store.py: ``SELECT ... FOR SHARE`` of the row, so a takeover waits
+(``dispatcher.fence``, postgres.py: ``SELECT ... FOR SHARE`` of the row, so a takeover waits
 for the turn to end): a deposed leader's next commit fails, and a takeover sees every turn
 the old leader committed.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from actors.dispatcher.store_db import StoreDb
+from actors.dispatcher.store.db import StoreDb
 
 LEASE_MIN_S = 1.5
 """The shortest lease (:func:`lease_s`): a loaded host's leader must not miss it for a
@@ -58,7 +59,7 @@ BEGIN
     END IF;
 END $$;
 """
-"""The lease's table and the fence (in the dispatcher's schema: pg_store.py)."""
+"""The lease's table and the fence (in the dispatcher's schema: postgres.py)."""
 
 DEPOSED = "LEA01"
 """The SQLSTATE of a turn refused by the fence."""

@@ -42,7 +42,8 @@ OTHER_NAMES: frozenset[str] = frozenset({
     # monitor_router (actors/monitor_router/core.py)
     "LEA_MONITOR_ROUTER_HEARTBEAT_TTL_S", "LEA_MONITOR_ROUTER_FORGET_AFTER_S",
     "LEA_MONITOR_ROUTER_MAX_AGENTS",
-    # the agent (agent/heartbeat.py, agent/executors/desktop_config.py, agent/pause_notice.py)
+    # the agent (agent/link/heartbeat.py, agent/executors/desktop_config.py,
+    # agent/windows/pause_notice.py)
     "LEA_MONITOR_HEARTBEAT_ENABLED", "LEA_MONITOR_HEARTBEAT_INTERVAL_S",
     "LEA_MONITOR_HEARTBEAT_POLL_S", "LEA_MONITOR_HEARTBEAT_TIMEOUT_S",
     "RPA_HUMAN_CORRECTION_TIMEOUT_S",

@@ -27,9 +27,9 @@ import zmq
 from actors import actor_class
 from actors.base import Actor
 from agent.executors.simulated import SimulatedExecutor
-from agent.ledger import Ledger
-from agent.pause_notice import PauseNotices
 from agent.process import Agent
+from agent.protocol.ledger import Ledger
+from agent.windows.pause_notice import PauseNotices
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import Ping

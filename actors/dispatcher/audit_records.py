@@ -12,7 +12,7 @@ import math
 from loguru import logger
 from pydantic import ValidationError
 
-from actors.dispatcher.machine.effects import AuditRecord
+from actors.dispatcher.machine.decision import AuditRecord
 from actors.dispatcher.store.dispatcher_store import DispatcherStore
 from audit_outbox.sender import Pending, plain_json
 from messages.audit import MAX_REPLAY_ID, AuditRecordIn

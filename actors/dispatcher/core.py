@@ -53,7 +53,7 @@ from actors.dispatcher.machine import (
     watchdog_inputs,
 )
 from actors.dispatcher.machine.book import ReplayBook
-from actors.dispatcher.machine.effects import Decision
+from actors.dispatcher.machine.decision import Decision
 from actors.dispatcher.machine.state import DispatcherConfig, DispatcherState, ReplayState
 from messages.base import Message
 from messages.dispatch import (

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from actors.dispatcher.machine.effects import Consult
+from actors.dispatcher.machine.decision import Consult
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply

@@ -34,7 +34,7 @@ from actors.dispatcher.held_claims import HeldClaims
 from actors.dispatcher.leader.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
 from actors.dispatcher.loop_batch import LoopBatcher
 from actors.dispatcher.machine import rules
-from actors.dispatcher.machine.effects import (
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Consult,
     Decision,

@@ -21,7 +21,7 @@ import zmq
 import zmq.auth
 
 from actors import callers
-from actors.dispatcher.machine.effects import AuditRecord, RecordReport
+from actors.dispatcher.machine.decision import AuditRecord, RecordReport
 from actors.dispatcher.process import DispatcherActor
 from actors.monitor_router.process import MonitorRouterActor
 from broker.curve import AllowList

@@ -7,7 +7,7 @@ from dataclasses import replace
 from actors.dispatcher.machine import steps
 from actors.dispatcher.machine.consult import LOOP_DETECTED
 from actors.dispatcher.machine.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
-from actors.dispatcher.machine.effects import Consult, Decision, Notify, TrackInFlight
+from actors.dispatcher.machine.decision import Consult, Decision, Notify, TrackInFlight
 from actors.dispatcher.machine.state import DispatcherConfig
 from actors.watchdog.core import WatchdogConfig, WatchdogCore
 from messages import events

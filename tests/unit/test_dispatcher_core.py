@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from actors.dispatcher.core import DispatcherCore
-from actors.dispatcher.machine.effects import (
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Decision,
     Notify,

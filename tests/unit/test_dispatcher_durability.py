@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from actors.dispatcher.audit_records import outbox_records
-from actors.dispatcher.machine.effects import AuditRecord, TrackInFlight, UntrackInFlight
+from actors.dispatcher.machine.decision import AuditRecord, TrackInFlight, UntrackInFlight
 from actors.dispatcher.machine.state import DispatcherConfig
 from actors.dispatcher.process import DispatcherActor
 from actors.dispatcher.store.dispatcher_store import DB_NAME, DispatcherStore, SqliteDb

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actors.dispatcher.machine.effects import AuditRecord, Notify, PublishEvent, RecordReport
+from actors.dispatcher.machine.decision import AuditRecord, Notify, PublishEvent, RecordReport
 from actors.dispatcher.machine.state import mutable_dump, mutable_restore
 from messages.control import ErrorReply
 from messages.replay import StartReplay

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actors.dispatcher.machine.effects import AuditRecord
+from actors.dispatcher.machine.decision import AuditRecord
 from actors.dispatcher.machine.state import mutable_dump, mutable_restore
 from messages.replay import ResumeReplay
 from messages.workflow import Workflow

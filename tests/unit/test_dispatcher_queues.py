@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from actors.dispatcher.core import DispatcherCore
-from actors.dispatcher.machine.effects import SendToAgent
+from actors.dispatcher.machine.decision import SendToAgent
 from actors.dispatcher.machine.queue_book import QueueItem
 from actors.dispatcher.machine.state import DispatcherConfig
 from actors.dispatcher.store.dispatcher_store import DispatcherStore

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from actors.dispatcher.machine.effects import (
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Consult,
     Effect,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from actors.dispatcher.machine import consult, consult_inputs, rules, steps
 from actors.dispatcher.machine.book import ReplayBook, Tx, who
 from actors.dispatcher.machine.consult_inputs import CLAIM_RETRY_S, VERDICT_PENDING
-from actors.dispatcher.machine.effects import Decision, RecordReport, TrackInFlight
+from actors.dispatcher.machine.decision import Decision, RecordReport, TrackInFlight
 from actors.dispatcher.machine.state import PAUSED, InFlightEntry, ReplayState, Resolution
 from messages import events
 from messages.control import ErrorReply
@@ -168,7 +168,7 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
 def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
     """May the agent perform this attempt now? Only if it is the one in flight.
 
-    Asked by the agent before any input (agent/serve.py): a copy that stayed in a frozen
+    Asked by the agent before any input (agent/protocol/serve.py): a copy that stayed in a frozen
     agent's socket while the watchdog resent or gave up, or the replay was cancelled or
     paused, is refused and never runs. Not stored: after a restart of ours every action
     in flight is re-sent under a new attempt, and the old one is refused.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actors.dispatcher.machine.effects import AuditRecord, Decision, Effect, PublishEvent
+from actors.dispatcher.machine.decision import AuditRecord, Decision, Effect, PublishEvent
 from actors.dispatcher.machine.invariants import check_invariants
 from actors.dispatcher.machine.queue_book import Key, QueueBook, QueueDef, QueueItem
 from actors.dispatcher.machine.state import DispatcherConfig, DispatcherState, ReplayState

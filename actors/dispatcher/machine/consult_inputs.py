@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from actors.dispatcher.machine import consult, steps
 from actors.dispatcher.machine.book import Tx, who
-from actors.dispatcher.machine.effects import Consult, Decision
+from actors.dispatcher.machine.decision import Consult, Decision
 from actors.dispatcher.machine.state import Awaiting, InFlightEntry, ReplayState
 from messages import events
 from messages.base import Message

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from actors.dispatcher.machine import rules, steps
 from actors.dispatcher.machine.book import ReplayBook, Tx, who
-from actors.dispatcher.machine.effects import Decision, Notify
+from actors.dispatcher.machine.decision import Decision, Notify
 from actors.dispatcher.machine.state import PAUSED, ReplayState
 from messages import events
 from messages.control import ErrorReply

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
-from actors.dispatcher.machine.effects import Decision, SendToAgent
+from actors.dispatcher.machine.decision import Decision, SendToAgent
 from actors.dispatcher.machine.state import PAUSED, ReplayState
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from actors.dispatcher.machine import control_inputs, queue_rules
 from actors.dispatcher.machine.book import ReplayBook, Tx
-from actors.dispatcher.machine.effects import Decision
+from actors.dispatcher.machine.decision import Decision
 from actors.dispatcher.machine.queue_book import AgentSeen, QueueBook, QueueDef, QueueItem
 from actors.dispatcher.machine.rules import base_id
 from actors.dispatcher.machine.state import PAUSED, ReplayState

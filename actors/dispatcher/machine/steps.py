@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from actors.dispatcher.machine import consult, rules
 from actors.dispatcher.machine.book import Tx, who
-from actors.dispatcher.machine.effects import (
+from actors.dispatcher.machine.decision import (
     Consult,
     Notify,
     SendToAgent,

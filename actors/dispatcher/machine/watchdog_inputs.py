@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from actors.dispatcher.machine import rules, steps
 from actors.dispatcher.machine.book import ReplayBook, Tx, who
-from actors.dispatcher.machine.effects import Decision
+from actors.dispatcher.machine.decision import Decision
 from actors.dispatcher.machine.state import Resolution
 from messages import events
 from messages.dispatch import InFlightList, OrphanGiveUp, OrphanResend

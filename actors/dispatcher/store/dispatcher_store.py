@@ -36,7 +36,7 @@ import msgpack
 from loguru import logger
 from pydantic import ValidationError
 
-from actors.dispatcher.machine.effects import (
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Decision,
     Effect,

@@ -11,9 +11,9 @@ system creates:
   then waits for the main loop to have finished (the action in progress, the ledger closed)
   before returning.
 
-A process that has loaded user32 (the desktop executor has; agent/session_end.py's window
+A process that has loaded user32 (the desktop executor has; agent/windows/session_end.py's window
 too) gets no log-off and shutdown events here, only a console close: its hidden window
-(agent/session_end.py) stops it at log-off and shutdown. Should it still be ended without
+(agent/windows/session_end.py) stops it at log-off and shutdown. Should it still be ended without
 notice, nothing is lost: every action is marked started in the ledger before any input, so
 the next start reports one that was cut ``indeterminate_after_restart`` and the replay pauses
 for a person (README, "An action's life"). Wine never sends a console close: why, and what

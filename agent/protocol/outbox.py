@@ -6,8 +6,8 @@ reply to the dispatch (that reply is only :class:`~messages.dispatch.ActionRecei
 request of its own to the ``dispatcher`` service, answered by
 :class:`~messages.dispatch.ReportAck` once recorded, and sent again after 1, 3, 7, then every
 7 seconds until then (docs/architecture.md). The same outbox carries claims, progress and hello
-(agent/asks.py). A request is encoded once, by whoever puts it here: every try sends the same
-bytes with the same envelope id.
+(agent/protocol/asks.py). A request is encoded once, by whoever puts it here: every try sends the
+same bytes with the same envelope id.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What the agent asks the dispatcher: reports, claims, progress and hello.
 
 Each is a request to the ``dispatcher`` service, encoded once and kept in the agent's
-retrying :class:`~agent.outbox.Outbox`, sent again until it is answered as hoped (a report
+retrying :class:`~agent.protocol.outbox.Outbox`, sent again until it is answered as hoped (a report
 until its ack, which the ledger records). A report is sent as the ledger recorded it (its
-bytes and envelope id), never encoded again. The agent process (process.py) decides when to
+bytes and envelope id), never encoded again. The agent process (agent/process.py) decides when to
 ask; this says what.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from loguru import logger
 
-from agent.ledger import Ledger, OutboxReport
-from agent.outbox import OnReply, Outbox
+from agent.protocol.ledger import Ledger, OutboxReport
+from agent.protocol.outbox import OnReply, Outbox
 from messages.base import Message
 from messages.codec import encode, new_id
 from messages.control import ErrorReply
@@ -78,7 +78,7 @@ class Asks:
 
     def claim(self, dispatch: DispatchAction, done: Callable[[bool, str | None], None],
               wait_s: float = 0.0) -> None:
-        """Ask whether ``dispatch`` may run now (agent/serve.py), in ``wait_s``; asked
+        """Ask whether ``dispatch`` may run now (agent/protocol/serve.py), in ``wait_s``; asked
         again, twice as late each time, while the dispatcher answers "not yet"."""
         claim = ClaimAttempt(replay_id=dispatch.replay_id, machine_id=self.machine_id,
                              action_id=dispatch.action.action_id,

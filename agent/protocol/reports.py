@@ -1,12 +1,12 @@
 """Reports: what the agent says of an attempt, a re-delivery or an action a restart cut.
 
-They travel through the agent's retrying outbox (agent/outbox.py) until acknowledged.
+They travel through the agent's retrying outbox (agent/protocol/outbox.py) until acknowledged.
 """
 
 from __future__ import annotations
 
 from agent.executors.base import ActionOutcome
-from agent.ledger import LedgerEntry
+from agent.protocol.ledger import LedgerEntry
 from messages.dispatch import ActionReport, DispatchAction
 
 ALREADY_EXECUTED = "already_executed"

@@ -1,7 +1,7 @@
 """Windows: the agent stops cleanly at log-off and shutdown, through a hidden window.
 
 A process that has loaded user32 or gdi32 (the desktop executor does; so does this module) is
-a *Windows application* to the system: its console handler (agent/console_stop.py) is no
+a *Windows application* to the system: its console handler (agent/windows/console_stop.py) is no
 longer called for CTRL_LOGOFF_EVENT and CTRL_SHUTDOWN_EVENT. What Windows sends instead is
 WM_QUERYENDSESSION then WM_ENDSESSION, to every top-level window, and the process may be
 ended as soon as WM_ENDSESSION has been answered (docs/windows-stop.md, with the sources).

@@ -1,7 +1,7 @@
 """What the agent does with each dispatch: execute it, queue it, or answer it from the ledger.
 
 :class:`Intake` owns the action executing, the queue behind it and the ledger decisions; the
-agent process (process.py) owns the sockets, the loop and the execution thread, and calls in
+agent process (agent/process.py) owns the sockets, the loop and the execution thread, and calls in
 from its main loop only (one thread).
 
 A dispatch is one step with every action id of it the ledger knows: its own id, an id it
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from loguru import logger
 
 from agent.executors.base import ActionOutcome
-from agent.ledger import (
+from agent.protocol.ledger import (
     Ledger,
     LedgerConflict,
     LedgerEntry,
@@ -31,7 +31,7 @@ from agent.ledger import (
     decode_report,
     encode_report,
 )
-from agent.reports import build_report, indeterminate_report, readdress
+from agent.protocol.reports import build_report, indeterminate_report, readdress
 from messages.base import Message
 from messages.control import ErrorReply
 from messages.dispatch import ActionReceived, DispatchAction

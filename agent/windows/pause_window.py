@@ -1,10 +1,10 @@
-"""The pause window: ``python -m agent.pause_window`` reads an AgentPaused as JSON on stdin.
+"""The pause window: ``python -m agent.windows.pause_window`` reads an AgentPaused as JSON on stdin.
 
-It runs as its own process (started by :mod:`agent.pause_notice`), so the window never
+It runs as its own process (started by :mod:`agent.windows.pause_notice`), so the window never
 shares a thread with the agent's loop and a window that fails cannot take the agent down;
 closing it is ending the process. The text is never truncated (docs/screens-and-pauses.md):
 a read-only text box sized to the content up to a cap, with a scrollbar from the cap on,
-wrapping long lines. Tk draws it; on Windows, Win32 (:mod:`agent.pause_win32`: the
+wrapping long lines. Tk draws it; on Windows, Win32 (:mod:`agent.windows.pause_win32`: the
 embeddable CPython of the agent folder has no Tk).
 """
 
@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from agent.pause_text import HEADLINE, TITLE, notice_text, text_box_size
+from agent.windows.pause_text import HEADLINE, TITLE, notice_text, text_box_size
 from messages.pause import AgentPaused
 
 __all__ = ["TITLE", "build", "main", "notice_text", "text_box_size"]  # what tests read
@@ -54,7 +54,7 @@ def main() -> int:
         print(f"pause_window: bad input: {exc}", file=sys.stderr)
         return 2
     if sys.platform == "win32":
-        from agent.pause_win32 import show
+        from agent.windows.pause_win32 import show
 
         try:
             return show(notice_text(msg))

@@ -1,5 +1,5 @@
 """What a pause window says (docs/screens-and-pauses.md), whatever draws it: Tk
-(agent/pause_window.py) or Win32 (agent/pause_win32.py). Pure."""
+(agent/windows/pause_window.py) or Win32 (agent/windows/pause_win32.py). Pure."""
 
 from __future__ import annotations
 

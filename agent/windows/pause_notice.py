@@ -3,7 +3,7 @@
 The dispatcher sends :class:`~messages.pause.AgentPaused` to ``agent.<machine_id>`` when a
 replay on this machine pauses (and again after each agent hello); :class:`AgentPauseEnded`
 when it resumes or ends. Each pause is written in full to the log, always; where a screen
-exists it is also shown in a window (:mod:`agent.pause_window`, its own process), once per
+exists it is also shown in a window (:mod:`agent.windows.pause_window`, its own process), once per
 pause, closed when the pause ends or the agent stops.
 
 ``LEA_PAUSE_WINDOW``: ``auto`` (default: a window with the desktop executor when a screen
@@ -84,7 +84,7 @@ class PauseNotices:
             return Ack(status="logged")
         self._close(msg.replay_id)
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "agent.pause_window"],
+            proc = subprocess.Popen([sys.executable, "-m", "agent.windows.pause_window"],
                                     env=_child_env(), stdin=subprocess.PIPE,
                                     stdout=subprocess.DEVNULL,
                                     start_new_session=True,
@@ -96,7 +96,7 @@ class PauseNotices:
             logger.error("cannot open the pause window: {} (the log has the message)", exc)
             return Ack(status="logged")
         if sys.platform == "win32":
-            from agent.pause_win32 import end_with_this_process
+            from agent.windows.pause_win32 import end_with_this_process
 
             try:
                 end_with_this_process(proc.pid)

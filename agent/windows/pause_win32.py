@@ -4,7 +4,7 @@ The embeddable CPython the agent folder ships has no Tk, and user32 is on every 
 window is plain Win32. It is what the person at the workstation cannot miss: topmost, brought
 to the front and flashed in the taskbar (Windows refuses the foreground to a background
 process; the flash is how it asks for attention then), a warning sound. The whole notice
-(:func:`agent.pause_text.notice_text`) is in a read-only multi-line EDIT control, which
+(:func:`agent.windows.pause_text.notice_text`) is in a read-only multi-line EDIT control, which
 wraps long lines and scrolls, so nothing is ever cut; the person may select and copy it.
 "J'ai lu" or the close box ends the process; so does the agent when the pause ends.
 
@@ -18,7 +18,7 @@ import ctypes
 import sys
 from typing import Any
 
-from agent.pause_text import HEADLINE, TITLE, text_box_size
+from agent.windows.pause_text import HEADLINE, TITLE, text_box_size
 
 CLASS_NAME = "LeaPauseNotice"
 BUTTON_ID, TEXT_ID = 1, 3

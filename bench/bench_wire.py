@@ -80,15 +80,16 @@ def received(d: Dispatch) -> bytes:
 
 def report_body(d: Dispatch, executed_at: float) -> dict[str, Any]:
     """An ActionReport of success, as agent.protocol.reports.build_report makes it of a no-op."""
-    return {"replay_id": d.replay_id, "session_id": d.session_id,
-            "machine_id": d.machine_id, "action_id": d.action_id,
-            "attempt_id": d.attempt_id, "success": True, "error": None, "warning": None,
+    # In the model's order: its outcome's fields (messages.dispatch.Outcome), then its own.
+    return {"success": True, "error": None, "warning": None,
             "screenshot_before": None, "screenshot_after": None, "actual_position": None,
             "resolution_method": None, "resolution_score": None,
             "resolution_elapsed_ms": None, "resolution_box": None, "target_description": None,
             "target_spec": None,
             "correction": None, "system_dialog": None, "needs_human": False,
-            "executed_at": executed_at}
+            "replay_id": d.replay_id, "session_id": d.session_id,
+            "machine_id": d.machine_id, "action_id": d.action_id,
+            "attempt_id": d.attempt_id, "executed_at": executed_at}
 
 
 def readdress(body: dict[str, Any], d: Dispatch) -> dict[str, Any]:

@@ -25,12 +25,13 @@ def build_report(dispatch: DispatchAction, outcome: ActionOutcome,
 def indeterminate_report(entry: LedgerEntry) -> ActionReport:
     """For an action found started but unfinished after a restart: we cannot know whether
     its input happened, so we say so and ask for a person instead of guessing."""
-    return ActionReport(
-        replay_id=entry.replay_id, session_id=entry.session_id, machine_id=entry.machine_id,
-        action_id=entry.action_id, attempt_id=entry.attempt_id, success=False,
-        error=INDETERMINATE, needs_human=True, input_performed="unknown",
+    outcome = ActionOutcome.failure(
+        INDETERMINATE, needs_human=True, input_performed="unknown",
         target_description=(f"the agent restarted while executing this {entry.action_type} "
                             "action: check the screen before resuming"))
+    return ActionReport(
+        replay_id=entry.replay_id, session_id=entry.session_id, machine_id=entry.machine_id,
+        action_id=entry.action_id, attempt_id=entry.attempt_id, **outcome.report_fields())
 
 
 def readdress(report: ActionReport, dispatch: DispatchAction) -> ActionReport:

@@ -50,6 +50,7 @@ from actors.dispatcher.machine import (
     control_inputs,
     queue_deadlines,
     queue_inputs,
+    rules,
     watchdog_inputs,
 )
 from actors.dispatcher.machine.book import ReplayBook
@@ -61,6 +62,7 @@ from messages.dispatch import (
     ActionReport,
     AgentHello,
     ClaimAttempt,
+    ListInFlight,
     OrphanGiveUp,
     OrphanResend,
 )
@@ -77,6 +79,7 @@ from messages.replay import (
     Ack,
     CancelReplay,
     GetReplayStatus,
+    PauseReplay,
     ResumeReplay,
     SafetyCheck,
     StartReplay,
@@ -113,7 +116,7 @@ class DispatcherCore:
     def start(self, msg: StartReplay, now: float) -> Decision:
         return control_inputs.start(self.book.begin(now), msg)
 
-    def status(self, msg: GetReplayStatus) -> Decision:
+    def status(self, msg: GetReplayStatus, now: float = 0.0) -> Decision:
         return control_inputs.status(self.book, msg)
 
     def resume(self, msg: ResumeReplay, now: float) -> Decision:
@@ -127,6 +130,12 @@ class DispatcherCore:
               detail: dict[str, Any] | None = None) -> Decision:
         return control_inputs.pause(self.book.begin(now), replay_id, reason, message,
                                     safety_checks, detail)
+
+    def operator_pause(self, msg: PauseReplay, now: float) -> Decision:
+        """Operator pause (D8): from the next step; the action in flight is not cancelled."""
+        text = rules.operator_pause_message(msg.operator, msg.message)
+        return self.pause(msg.replay_id, rules.OPERATOR, text, now,
+                          detail={"operator": msg.operator, **msg.by()})
 
     def recover(self, now: float) -> Decision:
         return control_inputs.recover(self.book.begin(now))
@@ -166,7 +175,7 @@ class DispatcherCore:
     def show_queue(self, msg: ShowQueue, now: float) -> Decision:
         return queue_inputs.show(self.book, msg, now)
 
-    def get_item(self, msg: GetItem) -> Decision:
+    def get_item(self, msg: GetItem, now: float = 0.0) -> Decision:
         return queue_inputs.get_item(self.book, msg)
 
     def item_command(self, msg: ItemCommand, now: float) -> Decision:
@@ -182,7 +191,7 @@ class DispatcherCore:
 
     # The watchdog (watchdog_inputs) -------------------------------------------------------
 
-    def inflight(self) -> Decision:
+    def inflight(self, msg: ListInFlight | None = None, now: float = 0.0) -> Decision:
         return watchdog_inputs.inflight(self.book)
 
     def orphan_resend(self, msg: OrphanResend, now: float) -> Decision:

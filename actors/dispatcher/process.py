@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from loguru import logger
 
@@ -33,7 +33,6 @@ from actors.dispatcher.core import DispatcherCore
 from actors.dispatcher.held_claims import HeldClaims
 from actors.dispatcher.leader.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
 from actors.dispatcher.loop_batch import LoopBatcher
-from actors.dispatcher.machine import rules
 from actors.dispatcher.machine.decision import (
     AuditRecord,
     Consult,
@@ -47,6 +46,7 @@ from actors.dispatcher.machine.decision import (
     UntrackInFlight,
 )
 from actors.dispatcher.machine.state import DispatcherConfig
+from actors.dispatcher.routes import ROUTES, Applies, Route
 from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.store.db import StoreUnavailable
 from actors.dispatcher.store.dispatcher_store import DispatcherStore
@@ -62,7 +62,6 @@ from messages.dispatch import (
     ActionReport,
     AgentHello,
     ClaimAttempt,
-    ListInFlight,
     OrphanGiveUp,
     OrphanResend,
     Track,
@@ -73,14 +72,10 @@ from messages.queue import (
     AddItems,
     AgentAvailable,
     CreateQueue,
-    GetItem,
     ItemCommand,
-    ListQueues,
-    ShowQueue,
 )
 from messages.replay import (
     CancelReplay,
-    GetReplayStatus,
     PauseReplay,
     ResumeReplay,
     StartReplay,
@@ -90,9 +85,6 @@ from transport.client import CallFailed
 
 if TYPE_CHECKING:
     from actors.dispatcher.store.lease import LeaseDb
-
-_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay, CreateQueue,
-             AddItems, ItemCommand)
 
 # Acknowledged outbox rows are deleted in batches, in the next transaction or on a timer: a
 # crash before that only sends their records again, which audit_log stores once.
@@ -163,32 +155,15 @@ class DispatcherActor(Actor):
         # received it (its instance_id), or None while on its way (on_hello).
         self._underway: dict[str, str | None] = {}
         self._dispatch_timeout_s = settings.request_expiry_s + settings.heartbeat_expiry_s + 1
-        self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
-        self.handle(GetReplayStatus, lambda m, _r: self.core.status(m).reply)
-        self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
-        self.handle(PauseReplay, self._once(self.operator_pause))
-        self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
-        # Work queues (docs/queues.md): changes applied once per envelope, as replay controls.
-        self.handle(CreateQueue, self._once(lambda m: self.core.create_queue(m, time.time())))
-        self.handle(AddItems, self._once(lambda m: self.core.add_items(m, time.time())))
-        self.handle(ItemCommand, self._once(lambda m: self.core.item_command(m, time.time())))
-        self.handle(ListQueues, lambda m, _r: self.core.list_queues(m, time.time()).reply)
-        self.handle(ShowQueue, lambda m, _r: self.core.show_queue(m, time.time()).reply)
-        self.handle(GetItem, lambda m, _r: self.core.get_item(m).reply)
-        self.handle(AgentAvailable, lambda m, r: self._apply(self.core.agent_available(
-            m.model_copy(update={"machine_id": r.identity or m.machine_id}), time.time())))
+        for kind, route in ROUTES.items():
+            self.handle(kind, self._serve(route))
+        # The agents' requests: their sender is the authenticated agent (CURVE), else the
+        # body's machine_id.
         self.handle(ActionReport, self.on_report)
-        # The authenticated sender if there is one (CURVE), else the body's machine_id.
         self.handle(ClaimAttempt, self.on_claim)
-        self.handle(ActionProgress,
-                    lambda m, r: self._apply(self.core.progress(m, r.agent or m.machine_id,
-                                                                time.time())))
+        self.handle(ActionProgress, self.on_progress)
         self.handle(AgentHello, self.on_hello)
-        self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
-        self.handle(OrphanResend,
-                    lambda m, _r: self._apply(self.core.orphan_resend(m, time.time())))
-        self.handle(OrphanGiveUp,
-                    lambda m, _r: self._apply(self.core.orphan_giveup(m, time.time())))
+        self.handle(AgentAvailable, self.on_available)
         # A lambda: self._sent is a new list after each commit.
         self.loop = LoopBatcher(
             lambda service, message, callback, timeout_s: self.call(
@@ -274,11 +249,12 @@ class DispatcherActor(Actor):
         logger.exception("dispatcher: cannot commit the turn's decisions; stopping")
         os._exit(DISK_FAILURE_EXIT)
 
-    def operator_pause(self, msg: PauseReplay) -> Decision:
-        """Operator pause (D8): from the next step; the action in flight is not cancelled."""
-        text = rules.operator_pause_message(msg.operator, msg.message)
-        return self.core.pause(msg.replay_id, rules.OPERATOR, text, time.time(),
-                               detail={"operator": msg.operator, **msg.by()})
+    def on_progress(self, msg: ActionProgress, req: Incoming) -> Message:
+        return self._apply(self.core.progress(msg, req.agent or msg.machine_id, time.time()))
+
+    def on_available(self, msg: AgentAvailable, req: Incoming) -> Message:
+        sender = msg.model_copy(update={"machine_id": req.identity or msg.machine_id})
+        return self._apply(self.core.agent_available(sender, time.time()))
 
     def on_report(self, msg: ActionReport, req: Incoming) -> Message:
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
@@ -300,22 +276,27 @@ class DispatcherActor(Actor):
 
     # The shell ------------------------------------------------------------------------------
 
-    def _once(self, decide: Callable[[_C], Decision]) -> Callable[[_C, Incoming], Message]:
-        """A control request applied at most once per envelope id.
+    def _serve(self, route: Route) -> Callable[[Message, Incoming], Message]:
+        """The handler of a row of :data:`~actors.dispatcher.routes.ROUTES`.
 
-        A client retries with the same envelope id (Lazy Pirate), and the broker keeps a
+        A control request (``Applies.ONCE``) is applied at most once per envelope id: a
+        client retries with the same envelope id (Lazy Pirate), and the broker keeps a
         request queued while we are down: both copies may reach us, and a second StartReplay
         would run the workflow twice (a second ResumeReplay could answer a newer pause
         nobody has seen). The reply is committed with the decision; a copy gets it again.
         """
-        def handler(msg: _C, req: Incoming) -> Message:
+        def handler(msg: Message, req: Incoming) -> Message:
+            if route.applies is Applies.READ:
+                return route.decide(self.core, msg, time.time()).reply
+            if route.applies is Applies.STATE:
+                return self._apply(route.decide(self.core, msg, time.time()))
             kind = type(msg).__name__
             done = self.store.reply_for(req.id, kind)
             if done is not None:
                 logger.warning("dispatcher: {} {} already applied: answering it again", kind,
                                req.id)
                 return decode(done).body
-            return self._apply(decide(msg), (req.id, kind))
+            return self._apply(route.decide(self.core, msg, time.time()), (req.id, kind))
 
         return handler
 

@@ -35,7 +35,7 @@ class DispatcherConfig:
     # Other actors consulted on a replay's way (consult.py); off here so that the core alone
     # runs as docs/architecture.md describes; the process turns them on from the environment.
     loop_detector: bool = False  # RPA_LOOP_DETECTOR_ENABLED: a verdict after every report
-    monitor_router: bool = False  # a monitor resolution before every screen action
+    agent_routes: bool = False  # LEA_DISPATCHER_AGENT_ROUTES: the agent finds a click's monitor
     safety_checks: bool = False  # the pause payload (checks) from the safety_checks actor
     loop_timeout_s: float = 2.0  # RPA_LOOP_DETECTOR_TIMEOUT_S
     route_timeout_s: float = 1.0

@@ -133,7 +133,7 @@ def agent_routes(config: DispatcherConfig, e: InFlightEntry) -> bool:
     across an upgrade, is sent as it was). The router's answer follows the agent's own
     heartbeats, at most a heartbeat old: the agent reads the same screen fresher, so no
     stale resolution ever picks the monitor (docs/screens-and-pauses.md)."""
-    return (config.monitor_router and e.action.type in SCREEN_TYPES
+    return (config.agent_routes and e.action.type in SCREEN_TYPES
             and e.monitor_resolution is None)
 
 

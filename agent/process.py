@@ -40,7 +40,7 @@ from loguru import logger
 
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
-from agent.link.curve import EXIT, EXIT_REFUSED, CurveLink
+from agent.link.curve_link import EXIT, EXIT_REFUSED, CurveLink
 from agent.link.heartbeat import Heartbeats
 from agent.protocol.asks import Asks
 from agent.protocol.ledger import Ledger, LedgerLocked, LedgerVersionError, outbox_report
@@ -58,7 +58,7 @@ from messages.codec import Envelope
 from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
-from messages.safety import CaptureScreen, ScreenCaptured
+from messages.safety_checks import CaptureScreen, ScreenCaptured
 from messages.workflow import INPUT_TYPES
 from runtime.settings import Settings
 from transport.client import Client
@@ -107,7 +107,7 @@ class Agent:
         self.executor = executor
         self.data_dir = data_dir or default_data_dir(settings, machine_id)
         self.effects = effects_log
-        self.link = link  # CURVE keys and handshake watch (agent/link/curve.py), if any
+        self.link = link  # CURVE keys and handshake watch (agent/link/curve_link.py), if any
         self.exit_code = 0
         self.instance_id = uuid.uuid4().hex
         self.started_at = time.time()
@@ -385,7 +385,7 @@ class Agent:
         self._send_progress()
 
     def _relink(self, due: str | None) -> None:
-        """The broker refused our handshake (agent/link/curve.py): new sockets, or stop."""
+        """The broker refused our handshake (agent/link/curve_link.py): new sockets, or stop."""
         if due is None:
             return
         if due == EXIT:

@@ -35,7 +35,7 @@ from messages.codec import decode, encode
 from messages.control import Ping
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
-from messages.safety import CaptureScreen
+from messages.safety_checks import CaptureScreen
 from runtime.settings import Settings
 from transport.client import Client
 from transport.worker import Request

@@ -1,7 +1,7 @@
 """How an agent reaches the broker: directly, through its own SSH tunnel, and/or with CURVE.
 
 ``run.py agent`` flags (added by :func:`add_arguments`) and the objects they make
-(:func:`build`); see agent/link/tunnel.py and agent/link/curve.py.
+(:func:`build`); see agent/link/tunnel.py and agent/link/curve_link.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.link.curve import CurveKeys, CurveLink
+from agent.link.curve_link import CurveKeys, CurveLink
 from agent.link.tunnel import (
     HOST_KEY_CHECKS,
     Tunnel,

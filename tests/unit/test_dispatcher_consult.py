@@ -21,9 +21,9 @@ from messages.dispatch import (
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.monitor import MonitorResolution, ResolveMonitor
 from messages.replay import Ack, PauseReplay, SafetyCheck
-from messages.safety import BuildPausePayload, CaptureScreen, PausePayload, ScreenCaptured
+from messages.safety_checks import BuildPausePayload, CaptureScreen, PausePayload, ScreenCaptured
 from tests.unit.test_dispatcher_core import H, act, audits, event, of, sent, topics, wf
-from workflow.safety import LLM_UNAVAILABLE_CHECK_ID
+from workflow.safety_rules import LLM_UNAVAILABLE_CHECK_ID
 
 ALL = DispatcherConfig(loop_detector=True, agent_routes=True, safety_checks=True)
 SCREEN2 = MonitorResolution(idx=1, offset_x=1920, offset_y=0, w=1280, h=1024, source="action")

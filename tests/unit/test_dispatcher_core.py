@@ -71,7 +71,7 @@ from messages.replay import (
     StartReplay,
 )
 from messages.workflow import CRITICAL_TYPES, Action, Workflow
-from workflow.safety import declared_checks
+from workflow.safety_rules import declared_checks
 
 E = TypeVar("E")
 

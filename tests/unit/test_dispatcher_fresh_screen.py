@@ -5,7 +5,7 @@ since."""
 from __future__ import annotations
 
 from actors.dispatcher.machine.state import DispatcherConfig
-from messages.safety import BuildPausePayload, CaptureScreen, ScreenCaptured
+from messages.safety_checks import BuildPausePayload, CaptureScreen, ScreenCaptured
 from tests.unit.test_dispatcher_consult import answer, consults
 from tests.unit.test_dispatcher_core import H, act, granted, wf
 

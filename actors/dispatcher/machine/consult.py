@@ -29,7 +29,7 @@ from messages.dispatch import ActionReport
 from messages.loop import IMAGE_MAGIC, LOOP_DETECTED, LoopVerdict, ObserveStep
 from messages.monitor import COMPOSITE, MonitorResolution, ResolveMonitor
 from messages.replay import SafetyCheck
-from messages.safety import (
+from messages.safety_checks import (
     BuildPausePayload,
     CaptureScreen,
     PausePayload,
@@ -38,7 +38,7 @@ from messages.safety import (
     ScreenCaptured,
 )
 from messages.workflow import Action
-from workflow.safety import llm_unavailable_check, pause_checks, safety_level
+from workflow.safety_rules import llm_unavailable_check, pause_checks, safety_level
 
 RECENT_STEPS = 5
 """Steps already resolved that the safety checks' model sees as context."""

@@ -29,7 +29,7 @@ from messages.replay import (
     StartReplay,
 )
 from workflow.inputs import shown_values, value_problems
-from workflow.safety import with_confirmations
+from workflow.safety_rules import with_confirmations
 from workflow.setup_chain import with_setup
 
 

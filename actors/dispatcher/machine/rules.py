@@ -15,7 +15,7 @@ from messages.replay import SafetyCheck
 from messages.workflow import INPUT_TYPES, Action
 from workflow.identity import IDENTITY_MISMATCH
 from workflow.outputs import OUTPUT_INVALID, OUTPUT_MISSING
-from workflow.safety import pause_message
+from workflow.safety_rules import pause_message
 
 _SUFFIX = re.compile(r"_(?:retry\d+|resume\d*)$")
 

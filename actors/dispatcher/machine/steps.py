@@ -35,7 +35,7 @@ from messages.pause import AgentPaused
 from messages.replay import SafetyCheck
 from messages.workflow import INPUT_TYPES, SCREEN_TYPES, Action
 from workflow.outputs import used
-from workflow.safety import pause_checks
+from workflow.safety_rules import pause_checks
 
 ConsultKind = Literal["loop", "route", "capture", "payload"]
 
@@ -66,7 +66,7 @@ def advance(tx: Tx, r: ReplayState) -> None:
             pause_for_human(tx, r, head, checks)
             return
         # Autonomous mode: a pause_for_human without checks is skipped (a medical_critical
-        # one always has a required check: workflow.safety.pause_checks).
+        # one always has a required check: workflow.safety_rules.pause_checks).
         r.index += 1
         r.completed_actions += 1  # resolved: progress reaches total on completion
         r.bump("skipped")

@@ -51,6 +51,7 @@ from actors.dispatcher.settings import config_from_env
 from actors.dispatcher.store.db import StoreUnavailable
 from actors.dispatcher.store.dispatcher_store import DispatcherStore
 from actors.dispatcher.store.open import open_store
+from actors.store_exits import LOST_EXIT, exit_on_loss, open_or_exit
 from audit_outbox.sender import BACKLOG_EVERY_S, AuditSender
 from messages import events
 from messages.base import Message
@@ -96,10 +97,6 @@ _WATCHDOG_BATCH_S = 0.1
 _DEADLINES_S = 5.0
 """How often work items waiting are checked against their deadlines
 (actors/dispatcher/machine/queue_deadlines.py)."""
-DISK_FAILURE_EXIT = 75
-"""Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
-STORE_UNAVAILABLE_EXIT = 69
-"""Exit status when the database cannot be reached at start (EX_UNAVAILABLE)."""
 _AUDIT_S = 0.05
 """How often audit records committed since are sent (a batch at a time; an ack sends the next
 batch at once only when the last one was full)."""
@@ -247,7 +244,7 @@ class DispatcherActor(Actor):
         """Exit now, sending nothing more: the turn's decisions are not on disk (they are
         rolled back) but in memory and in the replies the loop holds."""
         logger.exception("dispatcher: cannot commit the turn's decisions; stopping")
-        os._exit(DISK_FAILURE_EXIT)
+        os._exit(LOST_EXIT)  # a commit failed: restarted from what is on disk
 
     def on_progress(self, msg: ActionProgress, req: Incoming) -> Message:
         return self._apply(self.core.progress(msg, req.agent or msg.machine_id, time.time()))
@@ -409,23 +406,13 @@ class DispatcherActor(Actor):
 
 
 def _open_store(settings: Settings) -> DispatcherStore:
-    """The store the settings name (store/open.py); a database that cannot be reached is said in
-    the log and ends the process (STORE_UNAVAILABLE_EXIT): the supervisor's restart policy
-    applies (docs/operations.md)."""
-    try:
-        return open_store(settings, _database_lost, lambda db: wait_to_lead(settings, db))
-    except StoreUnavailable as exc:
-        logger.error("dispatcher: {}; exiting ({})", exc, STORE_UNAVAILABLE_EXIT)
-        raise SystemExit(STORE_UNAVAILABLE_EXIT) from None
-
-
-def _database_lost(exc: BaseException) -> None:
-    """The connection to PostgreSQL is gone: what this process holds in memory may be ahead
-    of what is committed, and nothing uncommitted may go out. Stop at once; the supervisor
-    restarts the dispatcher from what the database holds."""
-    logger.error("dispatcher: lost the database connection ({}); stopping",
-                 str(exc).strip())
-    os._exit(DISK_FAILURE_EXIT)
+    """The store the settings name (store/open.py), once this process leads (on PostgreSQL);
+    a database out of reach ends the process (actors/store_exits.py). A lost connection
+    stops it at once: what it holds in memory may be ahead of what is committed, and it
+    restarts from what the database holds."""
+    return open_or_exit("dispatcher", lambda: open_store(
+        settings, exit_on_loss("dispatcher"), lambda db: wait_to_lead(settings, db)),
+        StoreUnavailable)
 
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:

@@ -35,13 +35,13 @@ from loguru import logger
 
 from actors.dispatcher.store import lease
 from actors.dispatcher.store.db import StoreUnavailable
-from actors.dispatcher.store.dispatcher_store import SCHEMA_VERSION
+from actors.dispatcher.store.sqlite import SCHEMA_VERSION
 from runtime import pg
 
 SCHEMA = "dispatcher"
 _LOCK = "lea.dispatcher.schema"
 
-# The tables of dispatcher_store.py's SQLite schema, in PostgreSQL's types. ``resolved.rowid``: the
+# The tables of sqlite.py's schema, in PostgreSQL's types. ``resolved.rowid``: the
 # order of insertion, under the name SQLite gives its implicit one (dispatcher_store.py's queries
 # use it); identity columns for SQLite's AUTOINCREMENT.
 _TABLES = f"""

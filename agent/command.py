@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from agent import link as agent_link
+from agent.link import broker_link as agent_link
 from messages.queue import NAME_PATTERN
 from runtime.settings import Settings
 
@@ -59,7 +59,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         settings = settings.model_copy(update={"agent_pool": args.pool})
-    try:  # an SSH tunnel and/or CURVE (agent/link.py): started with the agent
+    try:  # an SSH tunnel and/or CURVE (agent/link/broker_link.py): started with the agent
         link = agent_link.build(settings, args, machine_id)
     except agent_link.LinkError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -3,13 +3,13 @@
 Life of an action here (docs/architecture.md):
 
 1. A :class:`DispatchAction` arrives. The ledger, keyed by ``(replay_id, action_id)``,
-   decides (serve.py): new → mark it *started* on disk, hand it to the execution thread,
-   reply :class:`ActionReceived`; already finished → no execution, the original report goes
+   decides (agent/protocol/serve.py): new → mark it *started* on disk, hand it to the execution
+   thread, reply :class:`ActionReceived`; already finished → no execution, the original report goes
    out again re-addressed to this attempt (``already_executed``); being executed right now →
    ignored, its report will come (and is re-addressed to the newest attempt seen meanwhile).
    Action ids are stable per workflow step: the same step in another replay is another
    action, executed again. A resume of a step given up by the watchdog names the ids it
-   ``supersedes``: the ledger makes one step of them (serve.py).
+   ``supersedes``: the ledger makes one step of them (agent/protocol/serve.py).
 2. The execution thread runs the executor (one action at a time, C2) while the main loop
    keeps heartbeating the broker and the supervisor (C3). Any exception becomes a failed
    outcome: a received action is always reported (C1).
@@ -38,27 +38,27 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from agent.asks import Asks
-from agent.console_stop import ConsoleStop
-from agent.curve import EXIT, EXIT_REFUSED, CurveLink
 from agent.effects import EffectsLog
 from agent.executors.base import ActionOutcome, Executor
-from agent.heartbeat import Heartbeats
-from agent.ledger import Ledger, LedgerLocked, LedgerVersionError, outbox_report
-from agent.outbox import Outbox
-from agent.pause_notice import PauseNotices
+from agent.link.curve_link import EXIT, EXIT_REFUSED, CurveLink
+from agent.link.heartbeat import Heartbeats
+from agent.protocol.asks import Asks
+from agent.protocol.ledger import Ledger, LedgerLocked, LedgerVersionError, outbox_report
+from agent.protocol.outbox import Outbox
+from agent.protocol.serve import Intake
 from agent.screen.dpi import describe as describe_scaling
 from agent.screen.geometry import last_dpi_reading
 from agent.screen.probe import probe_for
-from agent.serve import Intake
-from agent.session_end import SessionEnd
 from agent.status import StatusFile, default_data_dir, log_file
+from agent.windows.console_stop import ConsoleStop
+from agent.windows.pause_notice import PauseNotices
+from agent.windows.session_end import SessionEnd
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply, Ping, Pong
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
-from messages.safety import CaptureScreen, ScreenCaptured
+from messages.safety_checks import CaptureScreen, ScreenCaptured
 from messages.workflow import INPUT_TYPES
 from runtime.settings import Settings
 from transport.client import Client
@@ -92,8 +92,8 @@ class Agent:
     asks: Asks  # what goes in it: reports, claims, progress, hello
     intake: Intake  # what is done with each dispatch
     worker: Worker
-    heartbeats: Heartbeats  # screen heartbeats to monitor_router (agent/heartbeat.py)
-    pauses: PauseNotices  # pause messages shown to the person (agent/pause_notice.py)
+    heartbeats: Heartbeats  # screen heartbeats to monitor_router (agent/link/heartbeat.py)
+    pauses: PauseNotices  # pause messages shown to the person (agent/windows/pause_notice.py)
 
     def __init__(self, settings: Settings, machine_id: str, executor: Executor,
                  data_dir: Path | None = None, effects_log: EffectsLog | None = None,
@@ -107,7 +107,7 @@ class Agent:
         self.executor = executor
         self.data_dir = data_dir or default_data_dir(settings, machine_id)
         self.effects = effects_log
-        self.link = link  # CURVE keys and handshake watch (agent/curve.py), if any
+        self.link = link  # CURVE keys and handshake watch (agent/link/curve_link.py), if any
         self.exit_code = 0
         self.instance_id = uuid.uuid4().hex
         self.started_at = time.time()
@@ -235,7 +235,7 @@ class Agent:
     # The report path -----------------------------------------------------------------------
 
     def _wire(self, ledger: Ledger, client: Client) -> None:
-        """What the agent asks through ``client`` (agent/asks.py), and the intake that
+        """What the agent asks through ``client`` (agent/protocol/asks.py), and the intake that
         records each action in ``ledger`` before it runs and its report before it is sent."""
         self.ledger, self.client = ledger, client
         self.outbox = Outbox(client)
@@ -260,8 +260,8 @@ class Agent:
 
     def _request_stop(self, reason: str) -> None:
         """A signal (SIGTERM, SIGINT; Windows: SIGBREAK) or, on Windows, a console close /
-        log-off / shutdown (agent/console_stop.py, on a thread of the system's; or
-        agent/session_end.py, on its window's thread)."""
+        log-off / shutdown (agent/windows/console_stop.py, on a thread of the system's; or
+        agent/windows/session_end.py, on its window's thread)."""
         if not self.poll_loop.stopping:
             self._grace_until = time.monotonic() + SHUTDOWN_GRACE_S
         self.poll_loop.stop(reason)
@@ -385,7 +385,7 @@ class Agent:
         self._send_progress()
 
     def _relink(self, due: str | None) -> None:
-        """The broker refused our handshake (agent/curve.py): new sockets, or stop."""
+        """The broker refused our handshake (agent/link/curve_link.py): new sockets, or stop."""
         if due is None:
             return
         if due == EXIT:

@@ -3,7 +3,7 @@
 Each start, exit and restart of a child is an audit record. audit_log is itself one of the
 children (and the broker another), so a record cannot wait for it: it is committed here first
 (WAL, ``synchronous=FULL``: it survives kill -9 of the supervisor and a power cut), and a row
-is deleted only once audit_log has acknowledged it as durable (audit_outbox/link.py).
+is deleted only once audit_log has acknowledged it as durable (audit_outbox/audit_link.py).
 Rows left by a previous run are sent at the next start. Record ids are
 ``{source}:{store id}:{row id}``; the store id is made once per database, AUTOINCREMENT
 never reuses a row id, and each open starts a new epoch of ids (runtime/sqlite_store.py), so

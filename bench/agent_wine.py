@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from messages.replay import GetReplayStatus, ReplayStarted, ReplayStatusReply, StartReplay
 from tests.wine import make_bundle, make_wine, windows_path, wine_problem
 
-LEDGER_CAPACITY = 256  # agent/ledger.py's default: a run stays below it
+LEDGER_CAPACITY = 256  # agent/protocol/ledger.py's default: a run stays below it
 
 
 def run_replay(t: Tree, machine_id: str, steps: int, round_no: int, timeout_s: float) -> None:

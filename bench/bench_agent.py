@@ -6,9 +6,10 @@ answers each :class:`DispatchAction` with :class:`ActionReceived` and sends an
 input action (messages.workflow.INPUT_TYPES) it claims it from ``dispatcher``
 (:class:`ClaimAttempt`) and runs it only once a ``ClaimReply(granted=True)`` comes; "not
 yet" (``retry_in_s``) is asked again that much later, twice as late each time up to 0.5 s,
-and a refusal means the attempt neither runs nor is reported (agent/asks.py ``Asks.claim``).
+and a refusal means the attempt neither runs nor is reported (agent/protocol/asks.py
+``Asks.claim``).
 Each :class:`ActionReport` is a request to ``dispatcher``, re-sent on the agent's backoff
-(agent/outbox.py) until a :class:`ReportAck` comes. A re-delivered action it has already
+(agent/protocol/outbox.py) until a :class:`ReportAck` comes. A re-delivered action it has already
 reported is answered with the original report re-addressed (``already_executed``), as the
 real agent's ledger does. Actions are no-ops (or a fixed delay): what is measured is the
 orchestrator, not a desktop.

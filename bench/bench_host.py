@@ -1,7 +1,7 @@
 """The bench agents' connections and loop (bench/bench_agent.py).
 
 :class:`FastWorker` is transport.worker.Worker reading only what waits; :class:`Requests` is
-agent.outbox.Outbox on a client socket of its own, for pre-encoded requests; :class:`Host`
+agent.protocol.outbox.Outbox on a client socket of its own, for pre-encoded requests; :class:`Host`
 runs many agents in one loop that waits on their sockets' ZMQ_FDs with epoll, so a wake-up
 costs what is ready, not a zmq_poll of every socket.
 """
@@ -23,7 +23,7 @@ import zmq
 from bench_wire import check_wire, reply_of
 from loguru import logger
 
-from agent.outbox import backoff
+from agent.protocol.outbox import backoff
 from transport import mdp
 from transport.frames import poll_items, recv_frames, send_frames, zmq_poll
 from transport.worker import Request, Worker
@@ -76,7 +76,7 @@ class _Request:
 
 
 class Requests:
-    """agent.outbox.Outbox on a client socket of our own: requests keyed by name, each
+    """agent.protocol.outbox.Outbox on a client socket of our own: requests keyed by name, each
     sent again (same bytes, same envelope id) on the agent's backoff until an answer
     settles it; a new request under a key replaces the old one."""
 

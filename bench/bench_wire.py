@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 import msgpack  # noqa: E402
 
-from agent.reports import readdress as agent_readdress  # noqa: E402
+from agent.protocol.reports import readdress as agent_readdress  # noqa: E402
 from messages.codec import PROTOCOL_VERSION, decode, encode  # noqa: E402
 from messages.control import ErrorReply  # noqa: E402
 from messages.dispatch import (  # noqa: E402
@@ -39,7 +39,7 @@ from messages.workflow import INPUT_TYPES, Action  # noqa: E402
 from transport import mdp  # noqa: E402
 
 _packer = msgpack.Packer(use_bin_type=True)  # one process, one thread: one Packer
-ALREADY_EXECUTED = "already_executed"  # agent.reports.readdress's warning
+ALREADY_EXECUTED = "already_executed"  # agent.protocol.reports.readdress's warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class Dispatch:
 
     @property
     def is_input(self) -> bool:
-        """Claimed from the dispatcher before it runs (agent/serve.py)."""
+        """Claimed from the dispatcher before it runs (agent/protocol/serve.py)."""
         return self.action_type in INPUT_TYPES
 
     @classmethod
@@ -79,20 +79,21 @@ def received(d: Dispatch) -> bytes:
 
 
 def report_body(d: Dispatch, executed_at: float) -> dict[str, Any]:
-    """An ActionReport of success, as agent.reports.build_report makes it of a no-op."""
-    return {"replay_id": d.replay_id, "session_id": d.session_id,
-            "machine_id": d.machine_id, "action_id": d.action_id,
-            "attempt_id": d.attempt_id, "success": True, "error": None, "warning": None,
+    """An ActionReport of success, as agent.protocol.reports.build_report makes it of a no-op."""
+    # In the model's order: its outcome's fields (messages.dispatch.Outcome), then its own.
+    return {"success": True, "error": None, "warning": None,
             "screenshot_before": None, "screenshot_after": None, "actual_position": None,
             "resolution_method": None, "resolution_score": None,
             "resolution_elapsed_ms": None, "resolution_box": None, "target_description": None,
             "target_spec": None,
             "correction": None, "system_dialog": None, "needs_human": False,
-            "executed_at": executed_at}
+            "replay_id": d.replay_id, "session_id": d.session_id,
+            "machine_id": d.machine_id, "action_id": d.action_id,
+            "attempt_id": d.attempt_id, "executed_at": executed_at}
 
 
 def readdress(body: dict[str, Any], d: Dispatch) -> dict[str, Any]:
-    """agent.reports.readdress of a success report to the re-delivery ``d``."""
+    """agent.protocol.reports.readdress of a success report to the re-delivery ``d``."""
     if (d.attempt_id, d.action_id) == (body["attempt_id"], body["action_id"]):
         return body
     return {**body, "replay_id": d.replay_id, "session_id": d.session_id,

@@ -8,7 +8,7 @@ workflow of clicks. Each round takes the active server's link down (its cable pu
 measures, from the cut, the time until the agent performs its second input after it (the
 first may have been dispatched before the cut; the second needed the other server's broker
 and dispatcher: the broker pair's expiry and, at the same time, the end of the cut-off
-leader's lease (actors/dispatcher/lease.py), then loading the replays). The link then comes
+leader's lease (actors/dispatcher/store/lease.py), then loading the replays). The link then comes
 back (that server stays passive) and the next round cuts the other one. The floor, in the
 same run: the time between two inputs in a row without failover.
 """

@@ -23,11 +23,11 @@ from loguru import logger
 from broker import control_door, tree_door
 from broker.binary_star import Note, Pair
 from broker.bus_proxy import BATCH, BusProxy
-from broker.curve import ZAP_DOMAIN, CurveListener
+from broker.curve_listener import ZAP_DOMAIN, CurveListener
 from broker.majordomo import Majordomo
-from broker.monitor import SocketMonitor
 from broker.pair_link import PairConfigError, PairLink, log_note
 from broker.refusal_audit import RefusalAudit
+from broker.socket_monitor import SocketMonitor
 from broker.tree_door import TreeDoorError
 from broker.zap import Verdict, ZapServer
 from messages.events import BAD_MESSAGE, BROKER_STATE, PEER_REFUSED, WORKER_REFUSED
@@ -60,7 +60,7 @@ class Broker:
         self.mdp = Majordomo(self.router, settings, self._bad, self._worker_refused)
         self._router_waiting = poll_items(self.router)
         self.monitors: list[SocketMonitor] = []
-        self.curve: CurveListener | None = None  # with settings.curve (broker/curve.py)
+        self.curve: CurveListener | None = None  # with settings.curve (broker/curve_listener.py)
         self.zap: ZapServer | None = None  # ZAP for the tree's door and the CURVE listener
         self.audit = RefusalAudit(settings.data_dir)
         self.bad = 0

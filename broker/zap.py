@@ -2,8 +2,8 @@
 
 Served by a ROUTER the broker polls, not by a thread: every handshake is decided where the
 broker can publish what it refused. Each listener that asks ZAP names a domain; a judge per
-domain gives the verdict (broker/curve.py for the CURVE listener, broker/tree_door.py for the
-tree's own door). A domain nobody serves is refused.
+domain gives the verdict (broker/curve_listener.py for the CURVE listener, broker/tree_door.py for
+the tree's own door). A domain nobody serves is refused.
 """
 
 from __future__ import annotations

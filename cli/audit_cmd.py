@@ -38,8 +38,8 @@ from actors.audit_log.chain import Anchor, ChainRecord, Verdict, verify
 from actors.audit_log.evidence import Evidence, FileState
 from actors.audit_log.image_keys import read_keyring, rotate
 from actors.audit_log.image_seal import KeyUnavailable
-from actors.audit_log.store import iter_chain, read_anchor
-from actors.audit_log.stores import keyring_path, open_reader
+from actors.audit_log.store.audit_store import iter_chain, read_anchor
+from actors.audit_log.store.open import keyring_path, open_reader
 from cli import audit_access
 from cli.audit_timeline import describe_record, record_json
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut, PruneScreenshots

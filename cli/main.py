@@ -109,7 +109,7 @@ def _curve_keys_missing(settings: Settings) -> bool:
     through a broker crash-looping in the tree."""
     if not settings.curve:
         return False
-    from broker.curve import server_keys_problem
+    from broker.curve_listener import server_keys_problem
 
     problem = server_keys_problem(settings.keys_path)
     if problem:

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
@@ -28,6 +28,8 @@ from messages.replay import (
 from runtime.settings import Settings
 from transport.client import CallFailed, SyncClient
 from workflow.inputs import value_problems
+
+_R = TypeVar("_R", bound=Message)
 
 # Exit codes of `replay start --wait`, so scripts can tell the outcomes apart.
 EXIT_COMPLETED, EXIT_ERROR, EXIT_PAUSED, EXIT_FAILED = 0, 1, 3, 4
@@ -159,9 +161,8 @@ def _emit(reply: Message, as_json: bool, text: str, out: TextIO = sys.stdout) ->
 
 
 def _status(client: SyncClient, replay_id: str, timeout: float) -> ReplaySummary:
-    reply = client.call("dispatcher", GetReplayStatus(replay_id=replay_id), timeout_s=timeout)
-    assert isinstance(reply.body, ReplayStatusReply)
-    return reply.body.replays[0]
+    return _ask(client, GetReplayStatus(replay_id=replay_id), ReplayStatusReply,
+                timeout).replays[0]
 
 
 def follow(client: SyncClient, replay_id: str, timeout: float, out: TextIO = sys.stderr) -> int:
@@ -217,51 +218,56 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
     return values
 
 
+def _ask(client: SyncClient, message: Message, kind: type[_R], timeout: float) -> _R:
+    """The dispatcher's reply to ``message``, of the one type it answers it with."""
+    reply = client.call("dispatcher", message, timeout_s=timeout).body
+    assert isinstance(reply, kind)
+    return reply
+
+
 def _run(client: SyncClient, args: argparse.Namespace) -> int:
-    command, timeout = args.replay_command, args.timeout
-    if command == "start":
-        workflow = load_workflow(args.file)
-        values = parse_inputs(args.inputs)
-        wrong = value_problems(workflow.inputs, values)
-        if wrong:  # the dispatcher refuses them too; said here before any call
-            raise ValueError("the input values do not satisfy the workflow's declaration "
-                             "(nothing was started):\n  " + "\n  ".join(wrong))
-        msg = StartReplay(workflow=workflow, machine_id=args.machine_id, mode=args.mode,
-                          session_id=args.session_id, operator=args.operator, inputs=values)
-        reply = client.call("dispatcher", msg, timeout_s=timeout).body
-        assert isinstance(reply, ReplayStarted)
-        _emit(reply, args.json, reply.replay_id)
-        return follow(client, reply.replay_id, timeout) if args.wait else 0
-    if command == "status":
-        status = client.call("dispatcher", GetReplayStatus(replay_id=args.replay_id),
-                             timeout_s=timeout).body
-        assert isinstance(status, ReplayStatusReply)
-        text = "\n".join(describe(s) for s in status.replays) or "no replays"
-        _emit(status, args.json, text)
-        return 0
-    if command == "pause":
-        paused = client.call("dispatcher", PauseReplay(
-            replay_id=args.replay_id, operator=args.operator, message=args.message),
-            timeout_s=timeout).body
-        assert isinstance(paused, Ack)
-        inflight = paused.detail.get("inflight_action_id")
-        _emit(paused, args.json, f"paused {args.replay_id}: nothing further is dispatched"
-              + (f"; step {inflight} in flight finishes and is recorded" if inflight else "")
-              + f"\n  resume with: python run.py replay resume {args.replay_id}")
-        return 0
-    if command == "resume":
-        resumed = client.call("dispatcher", ResumeReplay(
-            replay_id=args.replay_id, acknowledged_check_ids=args.ack, operator=args.operator,
-            step=args.step),
-            timeout_s=timeout).body
-        assert isinstance(resumed, ReplayResumed)
-        _emit(resumed, args.json,
-              f"resumed {resumed.replay_id}: {resumed.remaining_actions} action(s) left")
-        return 0
-    cancelled = client.call("dispatcher", CancelReplay(replay_id=args.replay_id,
-                                                       operator=args.operator),
-                            timeout_s=timeout).body
-    assert isinstance(cancelled, ReplayCancelled)
-    _emit(cancelled, args.json, f"{cancelled.status} {cancelled.replay_id}"
-          + (" (cancelled at a pause a failure caused)" if cancelled.status == "failed" else ""))
+    if args.replay_command == "start":
+        started = _ask(client, _start_request(args), ReplayStarted, args.timeout)
+        _emit(started, args.json, started.replay_id)
+        return follow(client, started.replay_id, args.timeout) if args.wait else 0
+    reply, text = _control(client, args)
+    _emit(reply, args.json, text)
     return 0
+
+
+def _start_request(args: argparse.Namespace) -> StartReplay:
+    workflow = load_workflow(args.file)
+    values = parse_inputs(args.inputs)
+    wrong = value_problems(workflow.inputs, values)
+    if wrong:  # the dispatcher refuses them too; said here before any call
+        raise ValueError("the input values do not satisfy the workflow's declaration "
+                         "(nothing was started):\n  " + "\n  ".join(wrong))
+    return StartReplay(workflow=workflow, machine_id=args.machine_id, mode=args.mode,
+                       session_id=args.session_id, operator=args.operator, inputs=values)
+
+
+def _control(client: SyncClient, args: argparse.Namespace) -> tuple[Message, str]:
+    """status, pause, resume or cancel: the reply, and what it says to a person."""
+    command, rid, timeout = args.replay_command, args.replay_id, args.timeout
+    if command == "status":
+        status = _ask(client, GetReplayStatus(replay_id=rid), ReplayStatusReply, timeout)
+        return status, "\n".join(describe(s) for s in status.replays) or "no replays"
+    if command == "pause":
+        paused = _ask(client, PauseReplay(replay_id=rid, operator=args.operator,
+                                          message=args.message), Ack, timeout)
+        inflight = paused.detail.get("inflight_action_id")
+        return paused, (f"paused {rid}: nothing further is dispatched"
+                        + (f"; step {inflight} in flight finishes and is recorded"
+                           if inflight else "")
+                        + f"\n  resume with: python run.py replay resume {rid}")
+    if command == "resume":
+        resumed = _ask(client, ResumeReplay(replay_id=rid, acknowledged_check_ids=args.ack,
+                                            operator=args.operator, step=args.step),
+                       ReplayResumed, timeout)
+        return resumed, (f"resumed {resumed.replay_id}: {resumed.remaining_actions} "
+                         "action(s) left")
+    cancelled = _ask(client, CancelReplay(replay_id=rid, operator=args.operator),
+                     ReplayCancelled, timeout)
+    return cancelled, (f"{cancelled.status} {cancelled.replay_id}"
+                       + (" (cancelled at a pause a failure caused)"
+                          if cancelled.status == "failed" else ""))

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from messages.workflow import Workflow, unlocatable
 from workflow.inputs import unused
 from workflow.outputs import reads
-from workflow.safety import needs_confirmation, with_confirmations
+from workflow.safety_rules import needs_confirmation, with_confirmations
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

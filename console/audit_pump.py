@@ -2,7 +2,7 @@
 
 The records are committed in the console's database (console/account_store.py) with the
 change they record; this task sends that outbox with the supervisor's own link
-(audit_outbox/link.py: one batch in flight, re-sent after a failure or a restart of
+(audit_outbox/audit_link.py: one batch in flight, re-sent after a failure or a restart of
 either side, a row deleted only once audit_log has it). It looks at the outbox again every
 :data:`LOOK_S`, since ``run.py accounts`` commits there from another process.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq
 
-from audit_outbox.link import AuditLink
+from audit_outbox.audit_link import AuditLink
 from audit_outbox.store import AuditOutbox
 from console.account_store import SOURCE
 

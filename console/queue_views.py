@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, Field
 
-from actors.dispatcher.queue_rules import COMMAND_FROM
+from actors.dispatcher.machine.queue_rules import COMMAND_FROM
 from console import labels
 from messages.queue import QueueCommandName
 

@@ -9,7 +9,7 @@ from messages import (
     pause,
     queue,
     replay,
-    safety,
+    safety_checks,
     workflow,
 )
 from messages.base import Message, model_for, registered_types
@@ -48,6 +48,6 @@ __all__ = [
     "queue",
     "registered_types",
     "replay",
-    "safety",
+    "safety_checks",
     "workflow",
 ]

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
@@ -71,8 +72,8 @@ class ClaimReply(Message, type_name="action.claim_reply"):
     reason: str | None = None  # why not: not_current, wrong_machine, paused, verdict_pending
     retry_in_s: float | None = Field(None, gt=0, le=60)
     """Not refused, not yet: claim again after this long (twice as long each time). Set
-    while a loop verdict on the step before is pending (actors/dispatcher/consult_inputs.py);
-    the verdict usually comes within milliseconds."""
+    while a loop verdict on the step before is pending
+    (actors/dispatcher/machine/consult_inputs.py); the verdict usually comes within milliseconds."""
 
 
 class ActionProgress(Message, type_name="action.progress"):
@@ -140,14 +141,16 @@ while sending one, or the agent cannot tell). Only ``none`` may be retried autom
 (docs/architecture.md, "The life of an action")."""
 
 
-class ActionReport(Message, type_name="action.report"):
-    """Agent → dispatcher: the outcome of one attempt (docs/protocol.md); retried until acked."""
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt came to, as the executor that ran it says: the fields an
+    :class:`ActionReport` adds to its address, defined here once. The agent's executors return
+    them (``agent.executors.base.ActionOutcome``, which adds ``input_performed``); the report
+    carries them (pydantic takes a dataclass base's fields as the model's own).
 
-    replay_id: str
-    session_id: str
-    machine_id: str
-    action_id: str
-    attempt_id: str
+    Screenshots are PNG bytes; msgpack carries them as binary (no base64 on the wire).
+    """
+
     success: bool
     error: str | None = None
     warning: str | None = None
@@ -163,17 +166,29 @@ class ActionReport(Message, type_name="action.report"):
     correction: dict[str, Any] | None = None
     system_dialog: dict[str, Any] | None = None
     needs_human: bool = False
-    executed_at: float | None = None
     site: ActionSite | None = None
-    input_performed: InputPerformed | None = None
-    """Said by every agent of this version; None (an older agent) is taken as ``unknown``
-    for a failed input action (actors/dispatcher/rules.py: ``input_state``)."""
-    output_value: str | None = Field(None, max_length=10_000)
+    """Where the input went (foreground window, focus), when the platform can say."""
+    output_value: Annotated[str | None, Field(max_length=10_000)] = None
     """A ``read_text`` step: the text read where the step looks (also when it does not fit
     the step's pattern), judged again by the dispatcher (docs/protocol.md, "Outputs")."""
     monitor_resolution: MonitorResolution | None = None
     """The monitor the agent found for a dispatch it routed itself
-    (``DispatchAction.agent_routes``)."""
+    (``DispatchAction.agent_routes``, agent/executors/desktop_target.py: ``routed_here``)."""
+
+
+class ActionReport(Message, Outcome, type_name="action.report"):
+    """Agent → dispatcher: the outcome of one attempt (docs/protocol.md); retried until acked.
+    Its outcome's fields are :class:`Outcome`'s."""
+
+    replay_id: str
+    session_id: str
+    machine_id: str
+    action_id: str
+    attempt_id: str
+    executed_at: float | None = None
+    input_performed: InputPerformed | None = None
+    """Said by every agent of this version; None (an older agent) is taken as ``unknown``
+    for a failed input action (actors/dispatcher/machine/rules.py: ``input_state``)."""
 
     @model_serializer(mode="wrap")
     def _omit_unknowns(self, handler: SerializerFunctionWrapHandler) -> Any:

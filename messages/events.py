@@ -52,7 +52,7 @@ PEER_DISCONNECTED: Final = "lea:peer_disconnected"
 # A broker of a pair changed state, or found its pair wrong (broker/binary_star.py).
 BROKER_STATE: Final = "lea:broker_state"
 DISPATCHER_ROLE: Final = "lea:dispatcher_role"
-"""A dispatcher on PostgreSQL is ``leader`` or ``standby`` (actors/dispatcher/election.py):
+"""A dispatcher on PostgreSQL is ``leader`` or ``standby`` (actors/dispatcher/leader/election.py):
 told when it changes and every few seconds, with its pid, host and what its broker said."""
 # A CURVE handshake refused by the broker (key not in the allow-list); docs/protocol.md.
 PEER_REFUSED: Final = "lea:peer_refused"

@@ -49,7 +49,8 @@ class ObserveStep(Message, type_name="loop.observe"):
     warning: str | None = Field(None, max_length=2000)
     retry_count: int = Field(0, ge=0, le=1_000_000)
     """Business retries of this step run since a person last resumed it, the one this report
-    is about included (3 on the report of ``{step}_retry3``); see actors/dispatcher/consult.py."""
+    is about included (3 on the report of ``{step}_retry3``); see
+    actors/dispatcher/machine/consult.py."""
     screenshot_after: bytes | None = None
     """The agent's screenshot after the action, PNG or JPEG, as the agent sent it."""
 

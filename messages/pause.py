@@ -1,7 +1,7 @@
 """Pause message on the agent: dispatcher → ``agent.<machine_id>`` (docs/screens-and-pauses.md).
 
 When a replay pauses, the person at the workstation must see why, in full: the agent shows
-the message in a window where a screen exists, in its log otherwise (agent/pause_notice.py).
+the message in a window where a screen exists, in its log otherwise (agent/windows/pause_notice.py).
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ CRITICAL_TYPES: frozenset[str] = frozenset(
 # Types that act on a monitor: the monitor router says which one before each dispatch.
 SCREEN_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll", "verify_screen", "read_text"}
 # Types that send input to the workstation: the agent claims each attempt of one from the
-# dispatcher before any input, so a copy that is no longer current never runs (agent/serve.py).
+# dispatcher before any input, so a copy that is no longer current never runs
+# (agent/protocol/serve.py).
 INPUT_TYPES: frozenset[str] = CRITICAL_TYPES | {"scroll"}
 
 ACTION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")

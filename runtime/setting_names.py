@@ -32,7 +32,7 @@ OTHER_NAMES: frozenset[str] = frozenset({
     "RPA_SAFETY_CHECKS_LLM_TIMEOUT_S", "RPA_SAFETY_CHECKS_LLM_MAX_CHECKS",
     "RPA_SAFETY_CHECKS_LLM_FAIL_MODE",
     # dispatcher (actors/dispatcher/settings.py)
-    "LEA_DISPATCHER_ROUTE_ENABLED", "LEA_DISPATCHER_ROUTE_TIMEOUT_S",
+    "LEA_DISPATCHER_AGENT_ROUTES", "LEA_DISPATCHER_ROUTE_TIMEOUT_S",
     "LEA_DISPATCHER_SAFETY_CHECKS_ENABLED", "RPA_LOOP_DETECTOR_TIMEOUT_S",
     # loop_detector (actors/loop_detector/config.py)
     "RPA_LOOP_DETECTOR_ENABLED", "RPA_LOOP_SCREEN_STATIC_THRESHOLD", "RPA_LOOP_SCREEN_STATIC_N",
@@ -42,7 +42,8 @@ OTHER_NAMES: frozenset[str] = frozenset({
     # monitor_router (actors/monitor_router/core.py)
     "LEA_MONITOR_ROUTER_HEARTBEAT_TTL_S", "LEA_MONITOR_ROUTER_FORGET_AFTER_S",
     "LEA_MONITOR_ROUTER_MAX_AGENTS",
-    # the agent (agent/heartbeat.py, agent/executors/desktop_config.py, agent/pause_notice.py)
+    # the agent (agent/link/heartbeat.py, agent/executors/desktop_config.py,
+    # agent/windows/pause_notice.py)
     "LEA_MONITOR_HEARTBEAT_ENABLED", "LEA_MONITOR_HEARTBEAT_INTERVAL_S",
     "LEA_MONITOR_HEARTBEAT_POLL_S", "LEA_MONITOR_HEARTBEAT_TIMEOUT_S",
     "RPA_HUMAN_CORRECTION_TIMEOUT_S",
@@ -61,6 +62,13 @@ OWN_PREFIXES = (
 )
 """Prefixes no other tool's variables share: an unknown name under one is a mistake."""
 
+RENAMED: dict[str, str] = {
+    # Monitor routing became the agent's own (docs/screens-and-pauses.md): the switch says so.
+    "LEA_DISPATCHER_ROUTE_ENABLED": "LEA_DISPATCHER_AGENT_ROUTES",
+}
+"""Old names of settings, and their new ones: an old name stops the process as a misspelt
+one does (it would silently do nothing), naming the new one."""
+
 LOOK_ALIKE = 0.8
 """``difflib`` ratio from which an unknown name is taken for a misspelt known one. Our names
 share long prefixes, so a lower cutoff would take any name under a prefix for a typo; at 0.8
@@ -77,6 +85,9 @@ def unknown_settings(env: Iterable[str], known: Iterable[str]
     warned: list[str] = []
     for name in sorted(env):
         if not name.startswith(PREFIXES) or name in names:
+            continue
+        if name in RENAMED:
+            refused.append(f"setting {name} was renamed to {RENAMED[name]}")
             continue
         near = difflib.get_close_matches(name, names, n=1, cutoff=LOOK_ALIKE)
         if near:

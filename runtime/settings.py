@@ -97,8 +97,8 @@ class Settings(BaseSettings):
     console_ldap_operator_group: str = ""
     console_ldap_admin_group: str = ""
     console_ldap_timeout_s: float = Field(5.0, gt=0, le=60)
-    # The dispatcher's state and the audit trail in PostgreSQL (actors/dispatcher/pg_store.py,
-    # actors/audit_log/pg_store.py) instead of their SQLite files in data_dir; "" = SQLite,
+    # The dispatcher's state and the audit trail in PostgreSQL (actors/dispatcher/store/postgres.py,
+    # actors/audit_log/store/postgres.py) instead of their SQLite files in data_dir; "" = SQLite,
     # the embedded default (docs/operations.md).
     database_url: str = Field("", pattern=r"^((postgresql|postgres)://.*)?$")
     # A broker pair (docs/operations.md, "A broker pair"; broker/binary_star.py): this

@@ -10,7 +10,7 @@ time (SIGTERM, then SIGKILL after its ``shutdown_timeout_s``), as OTP does: reve
 is the guarantee, so the next child is not touched before the previous one is gone.
 
 With ``audit_outbox`` (the tree's supervisor), each start, exit and restart, and the tree's
-start and stop, is also an audit record (docs/architecture.md), sent by audit_outbox/link.py
+start and stop, is also an audit record (docs/architecture.md), sent by audit_outbox/audit_link.py
 whose socket is one more fd in the selector: nothing waits for audit_log or the broker.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 import zmq
 from loguru import logger
 
-from audit_outbox.link import AuditLink
+from audit_outbox.audit_link import AuditLink
 from audit_outbox.sender import BACKLOG_EVERY_S
 from audit_outbox.store import AuditOutbox
 from messages.events import (

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from actors.audit_log.chain import canonical, seal
-from actors.audit_log.store import AppendResult, AuditStore, chain_record
+from actors.audit_log.store.audit_store import AppendResult, AuditStore, chain_record
 from messages.audit import AppendProblem, AppendRecords, AuditRecordIn, encode_append
 
 

@@ -27,15 +27,15 @@ import zmq
 from actors import actor_class
 from actors.base import Actor
 from agent.executors.simulated import SimulatedExecutor
-from agent.ledger import Ledger
-from agent.pause_notice import PauseNotices
 from agent.process import Agent
+from agent.protocol.ledger import Ledger
+from agent.windows.pause_notice import PauseNotices
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import Ping
 from messages.dispatch import DispatchAction
 from messages.pause import AgentPaused, AgentPauseEnded
-from messages.safety import CaptureScreen
+from messages.safety_checks import CaptureScreen
 from runtime.settings import Settings
 from transport.client import Client
 from transport.worker import Request

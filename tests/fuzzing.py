@@ -32,7 +32,7 @@ from pydantic.fields import FieldInfo
 
 from messages.base import Message, model_for, registered_types
 from messages.codec import encode
-from messages.safety import BuildPausePayload
+from messages.safety_checks import BuildPausePayload
 from messages.workflow import ACTION_ID, Action
 
 MAX_TEXT = 24  # longer strings only cost time: length limits are drawn as edge cases

@@ -55,7 +55,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any, Literal
 
-from actors.dispatcher.rules import base_id
+from actors.dispatcher.machine.rules import base_id
 from messages.workflow import INPUT_TYPES
 
 DOUBLE_INPUT = "double_input"

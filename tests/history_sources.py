@@ -21,10 +21,10 @@ from typing import Any
 
 import psycopg
 
-from actors.audit_log.store import iter_chain
-from actors.audit_log.store_db import AuditDb, SqliteAuditDb
-from actors.dispatcher.pg_store import SCHEMA as PG_SCHEMA
-from actors.dispatcher.store import DB_NAME as DISPATCHER_DB
+from actors.audit_log.store.audit_store import iter_chain
+from actors.audit_log.store.db import AuditDb, SqliteAuditDb
+from actors.dispatcher.store.dispatcher_store import DB_NAME as DISPATCHER_DB
+from actors.dispatcher.store.postgres import SCHEMA as PG_SCHEMA
 from runtime import pg
 from tests.history import Effect, Record, Verdict, check
 
@@ -129,7 +129,7 @@ def read_trail(trail: Trail) -> list[Record]:
     try:
         db: AuditDb
         if trail.database_url:
-            from actors.audit_log.pg_store import PgAuditDb
+            from actors.audit_log.store.postgres import PgAuditDb
 
             db = PgAuditDb.open_readonly(trail.database_url)
         else:
@@ -157,7 +157,7 @@ def read_log(path: Path) -> list[Effect]:
 
 def outbox_left(trail: Trail) -> int:
     """How many of the dispatcher's audit records have not reached the trail yet: the rows
-    of its outbox (which holds nothing else: actors/dispatcher/store.py)."""
+    of its outbox (which holds nothing else: actors/dispatcher/store/dispatcher_store.py)."""
     try:
         if trail.database_url:
             conn = pg.connect(trail.database_url, wait_s=0.0)

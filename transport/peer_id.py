@@ -2,7 +2,7 @@
 
 RFC 18 lets the broker give a worker any client address, which the worker treats as opaque
 and sends back with its reply. Ours carries the sender's CURVE identity (its ZAP User-Id,
-the name of its allow-list file, broker/curve.py) when it has one:
+the name of its allow-list file, broker/curve_listener.py) when it has one:
 
 - a peer of the CURVE listener: ``b"id:" + user_id + b"\\x00" + token``;
 - a peer of the plain (loopback) endpoint: ``token``, which never starts with ``b"id:"``;

@@ -214,7 +214,7 @@ class Worker:
             return
         if now - self.sent_at >= self.heartbeat_interval_s:
             # Never block: a socket whose CURVE handshake was refused has no pipe left, and a
-            # blocking send on it would hang the owner's loop (agent/curve.py).
+            # blocking send on it would hang the owner's loop (agent/link/curve_link.py).
             with contextlib.suppress(zmq.Again):
                 self.socket.send_multipart(mdp.heartbeat(), zmq.NOBLOCK)
             self.sent_at = now

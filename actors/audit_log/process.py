@@ -10,7 +10,6 @@ it has answered the last one, so requests never arrive together.)
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -21,9 +20,10 @@ from loguru import logger
 from actors.audit_log.chain import ChainRecord
 from actors.audit_log.image_seal import ImageUndecryptable, KeyUnavailable
 from actors.audit_log.screenshots import digest_of
-from actors.audit_log.store import AuditStore
-from actors.audit_log.stores import open_store
+from actors.audit_log.store.audit_store import AuditStore
+from actors.audit_log.store.open import open_store
 from actors.base import Actor, Incoming, caller_of
+from actors.store_exits import exit_on_loss, open_or_exit
 from messages import events
 from messages.audit import (
     DATA_VIEWED,
@@ -52,11 +52,6 @@ from runtime.rate_limit import RateLimit
 from runtime.settings import Settings
 
 REFUSALS_PER_S = 5.0
-DATABASE_LOST_EXIT = 75
-"""Exit status when the database connection is lost (EX_TEMPFAIL): the supervisor restarts
-the actor; the sender of the request in progress sends it again (stored once)."""
-DATABASE_UNAVAILABLE_EXIT = 69
-"""Exit status when the database cannot be reached at start (EX_UNAVAILABLE)."""
 
 
 class AuditLogActor(Actor):
@@ -235,23 +230,13 @@ def _out(r: ChainRecord, states: Mapping[str, str]) -> AuditRecordOut:
 
 
 def _open_store(settings: Settings) -> AuditStore:
-    """The trail the settings name (stores.py); a database that cannot be reached is said in
-    the log and ends the process (DATABASE_UNAVAILABLE_EXIT): the supervisor's restart policy
-    applies (docs/operations.md)."""
+    """The trail the settings name (store/open.py); a database out of reach ends the process
+    (actors/store_exits.py). A connection lost mid-request stops it at once: nothing of that
+    request is acknowledged (its COMMIT's outcome may be unknown); restarted, the actor
+    reconnects, and the sender's re-send is stored or found stored (once)."""
     if not settings.database_url:
         return open_store(settings)
     from runtime.pg import DatabaseUnavailable  # psycopg: only where PostgreSQL is used
 
-    try:
-        return open_store(settings, _database_lost)
-    except DatabaseUnavailable as exc:
-        logger.error("audit_log: {}; exiting ({})", exc, DATABASE_UNAVAILABLE_EXIT)
-        raise SystemExit(DATABASE_UNAVAILABLE_EXIT) from None
-
-
-def _database_lost(exc: BaseException) -> None:
-    """The connection to PostgreSQL is gone mid-request: nothing of it is acknowledged (its
-    COMMIT's outcome may be unknown). Stop at once; restarted, the actor reconnects, and the
-    sender's re-send is stored or found stored (once)."""
-    logger.error("audit_log: lost the database connection ({}); stopping", str(exc).strip())
-    os._exit(DATABASE_LOST_EXIT)
+    return open_or_exit("audit_log", lambda: open_store(settings, exit_on_loss("audit_log")),
+                        DatabaseUnavailable)

@@ -12,8 +12,8 @@ import math
 from loguru import logger
 from pydantic import ValidationError
 
-from actors.dispatcher.effects import AuditRecord
-from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.machine.decision import AuditRecord
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
 from audit_outbox.sender import Pending, plain_json
 from messages.audit import MAX_REPLAY_ID, AuditRecordIn
 

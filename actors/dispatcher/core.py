@@ -6,8 +6,8 @@ leaves). No sockets, no clock, no uuid: ``now`` is given and ids come from ``new
 shell stages a durable decision in the turn's transaction, commits, then performs its
 effects (docs/durability.md).
 
-:class:`DispatcherCore` owns the state (a :class:`~actors.dispatcher.book.ReplayBook`) and
-opens one transaction (:class:`~actors.dispatcher.book.Tx`) per input; the input is decided
+:class:`DispatcherCore` owns the state (a :class:`~actors.dispatcher.machine.book.ReplayBook`) and
+opens one transaction (:class:`~actors.dispatcher.machine.book.Tx`) per input; the input is decided
 by a plain function of the handler module named beside each method (``agent_inputs``,
 ``control_inputs``, ``watchdog_inputs``, ``consult_inputs``), made of the steps of
 ``steps``.
@@ -22,23 +22,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.dispatcher import (
+from actors.dispatcher.machine import (
     agent_inputs,
     consult_inputs,
     control_inputs,
     queue_deadlines,
     queue_inputs,
+    rules,
     watchdog_inputs,
 )
-from actors.dispatcher.book import ReplayBook
-from actors.dispatcher.effects import Decision
-from actors.dispatcher.state import DispatcherConfig, DispatcherState, ReplayState
+from actors.dispatcher.machine.book import ReplayBook
+from actors.dispatcher.machine.decision import Decision
+from actors.dispatcher.machine.state import DispatcherConfig, DispatcherState, ReplayState
 from messages.base import Message
 from messages.dispatch import (
     ActionProgress,
     ActionReport,
     AgentHello,
     ClaimAttempt,
+    ListInFlight,
     OrphanGiveUp,
     OrphanResend,
 )
@@ -55,6 +57,7 @@ from messages.replay import (
     Ack,
     CancelReplay,
     GetReplayStatus,
+    PauseReplay,
     ResumeReplay,
     SafetyCheck,
     StartReplay,
@@ -91,7 +94,7 @@ class DispatcherCore:
     def start(self, msg: StartReplay, now: float) -> Decision:
         return control_inputs.start(self.book.begin(now), msg)
 
-    def status(self, msg: GetReplayStatus) -> Decision:
+    def status(self, msg: GetReplayStatus, now: float = 0.0) -> Decision:
         return control_inputs.status(self.book, msg)
 
     def resume(self, msg: ResumeReplay, now: float) -> Decision:
@@ -105,6 +108,12 @@ class DispatcherCore:
               detail: dict[str, Any] | None = None) -> Decision:
         return control_inputs.pause(self.book.begin(now), replay_id, reason, message,
                                     safety_checks, detail)
+
+    def operator_pause(self, msg: PauseReplay, now: float) -> Decision:
+        """Operator pause (D8): from the next step; the action in flight is not cancelled."""
+        text = rules.operator_pause_message(msg.operator, msg.message)
+        return self.pause(msg.replay_id, rules.OPERATOR, text, now,
+                          detail={"operator": msg.operator, **msg.by()})
 
     def recover(self, now: float) -> Decision:
         return control_inputs.recover(self.book.begin(now))
@@ -144,7 +153,7 @@ class DispatcherCore:
     def show_queue(self, msg: ShowQueue, now: float) -> Decision:
         return queue_inputs.show(self.book, msg, now)
 
-    def get_item(self, msg: GetItem) -> Decision:
+    def get_item(self, msg: GetItem, now: float = 0.0) -> Decision:
         return queue_inputs.get_item(self.book, msg)
 
     def item_command(self, msg: ItemCommand, now: float) -> Decision:
@@ -160,7 +169,7 @@ class DispatcherCore:
 
     # The watchdog (watchdog_inputs) -------------------------------------------------------
 
-    def inflight(self) -> Decision:
+    def inflight(self, msg: ListInFlight | None = None, now: float = 0.0) -> Decision:
         return watchdog_inputs.inflight(self.book)
 
     def orphan_resend(self, msg: OrphanResend, now: float) -> Decision:

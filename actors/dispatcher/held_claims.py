@@ -1,8 +1,8 @@
 """Claims held until the loop verdict they wait for: answered the turn it comes.
 
 A step is dispatched at once after its predecessor's report, and the predecessor's loop
-verdict is asked at the same moment (consult_inputs.py): the agent's claim of an input action
-often arrives a fraction of a round trip before that verdict. Answering it "not yet" costs
+verdict is asked at the same moment (machine/consult_inputs.py): the agent's claim of an input
+action often arrives a fraction of a round trip before that verdict. Answering it "not yet" costs
 the agent a wait and a second claim; holding the request costs one of the dispatcher's
 worker connections (a Majordomo worker serves one request at a time per connection,
 actors/base.py), until the verdict or its timeout. So a claim that would be told "not yet"
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from actors.dispatcher.consult_inputs import VERDICT_PENDING
+from actors.dispatcher.machine.consult_inputs import VERDICT_PENDING
 from messages.base import Message
 from messages.dispatch import ClaimAttempt, ClaimReply
 

@@ -1,6 +1,6 @@
 """The loop detector's consultations, sent in batches: one in flight, the rest gathered.
 
-Every accepted report is shown to the loop detector (consult_inputs.py). One request per
+Every accepted report is shown to the loop detector (machine/consult_inputs.py). One request per
 step made the detector, a Majordomo worker that serves one request at a time, pay a broker
 round trip per step, and capped the whole tree near its rate (bench/throughput.py). Here the
 first step goes at once; while its batch is in flight the steps applied meanwhile wait, and
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from actors.dispatcher.effects import Consult
+from actors.dispatcher.machine.decision import Consult
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply

@@ -23,15 +23,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from loguru import logger
 
 from actors.base import Actor, Deferred, Incoming, MachineOf, caller_of
-from actors.dispatcher import rules
 from actors.dispatcher.audit_records import outbox_records
 from actors.dispatcher.core import DispatcherCore
-from actors.dispatcher.effects import (
+from actors.dispatcher.held_claims import HeldClaims
+from actors.dispatcher.leader.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
+from actors.dispatcher.loop_batch import LoopBatcher
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Consult,
     Decision,
@@ -43,14 +45,13 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.election import STEPPED_DOWN_EXIT, Leadership, wait_to_lead
-from actors.dispatcher.held_claims import HeldClaims
-from actors.dispatcher.loop_batch import LoopBatcher
+from actors.dispatcher.machine.state import DispatcherConfig
+from actors.dispatcher.routes import ROUTES, Applies, Route
 from actors.dispatcher.settings import config_from_env
-from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.store import DispatcherStore
-from actors.dispatcher.store_db import StoreUnavailable
-from actors.dispatcher.stores import open_store
+from actors.dispatcher.store.db import StoreUnavailable
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
+from actors.dispatcher.store.open import open_store
+from actors.store_exits import LOST_EXIT, exit_on_loss, open_or_exit
 from audit_outbox.sender import BACKLOG_EVERY_S, AuditSender
 from messages import events
 from messages.base import Message
@@ -62,7 +63,6 @@ from messages.dispatch import (
     ActionReport,
     AgentHello,
     ClaimAttempt,
-    ListInFlight,
     OrphanGiveUp,
     OrphanResend,
     Track,
@@ -73,14 +73,10 @@ from messages.queue import (
     AddItems,
     AgentAvailable,
     CreateQueue,
-    GetItem,
     ItemCommand,
-    ListQueues,
-    ShowQueue,
 )
 from messages.replay import (
     CancelReplay,
-    GetReplayStatus,
     PauseReplay,
     ResumeReplay,
     StartReplay,
@@ -89,10 +85,7 @@ from runtime.settings import Settings
 from transport.client import CallFailed
 
 if TYPE_CHECKING:
-    from actors.dispatcher.lease import LeaseDb
-
-_C = TypeVar("_C", StartReplay, ResumeReplay, PauseReplay, CancelReplay, CreateQueue,
-             AddItems, ItemCommand)
+    from actors.dispatcher.store.lease import LeaseDb
 
 # Acknowledged outbox rows are deleted in batches, in the next transaction or on a timer: a
 # crash before that only sends their records again, which audit_log stores once.
@@ -102,11 +95,8 @@ _FLUSH_SENT_S = 0.2
 # it): its timers run for tens of seconds.
 _WATCHDOG_BATCH_S = 0.1
 _DEADLINES_S = 5.0
-"""How often work items waiting are checked against their deadlines (queue_deadlines.py)."""
-DISK_FAILURE_EXIT = 75
-"""Exit status when a commit fails (EX_TEMPFAIL): the supervisor restarts the dispatcher."""
-STORE_UNAVAILABLE_EXIT = 69
-"""Exit status when the database cannot be reached at start (EX_UNAVAILABLE)."""
+"""How often work items waiting are checked against their deadlines
+(actors/dispatcher/machine/queue_deadlines.py)."""
 _AUDIT_S = 0.05
 """How often audit records committed since are sent (a batch at a time; an ack sends the next
 batch at once only when the last one was full)."""
@@ -143,7 +133,8 @@ class DispatcherActor(Actor):
     def __init__(self, settings: Settings, config: DispatcherConfig | None = None) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         # Before the sockets: a database out of reach ends the process here; on PostgreSQL
-        # a standby waits here, no worker registered, until it leads (election.py).
+        # a standby waits here, no worker registered, until it leads
+        # (actors/dispatcher/leader/election.py).
         self.store = _open_store(settings)
         super().__init__(settings)
         # Half the connections at most: the others stay for reports and people.
@@ -161,32 +152,15 @@ class DispatcherActor(Actor):
         # received it (its instance_id), or None while on its way (on_hello).
         self._underway: dict[str, str | None] = {}
         self._dispatch_timeout_s = settings.request_expiry_s + settings.heartbeat_expiry_s + 1
-        self.handle(StartReplay, self._once(lambda m: self.core.start(m, time.time())))
-        self.handle(GetReplayStatus, lambda m, _r: self.core.status(m).reply)
-        self.handle(ResumeReplay, self._once(lambda m: self.core.resume(m, time.time())))
-        self.handle(PauseReplay, self._once(self.operator_pause))
-        self.handle(CancelReplay, self._once(lambda m: self.core.cancel(m, time.time())))
-        # Work queues (docs/queues.md): changes applied once per envelope, as replay controls.
-        self.handle(CreateQueue, self._once(lambda m: self.core.create_queue(m, time.time())))
-        self.handle(AddItems, self._once(lambda m: self.core.add_items(m, time.time())))
-        self.handle(ItemCommand, self._once(lambda m: self.core.item_command(m, time.time())))
-        self.handle(ListQueues, lambda m, _r: self.core.list_queues(m, time.time()).reply)
-        self.handle(ShowQueue, lambda m, _r: self.core.show_queue(m, time.time()).reply)
-        self.handle(GetItem, lambda m, _r: self.core.get_item(m).reply)
-        self.handle(AgentAvailable, lambda m, r: self._apply(self.core.agent_available(
-            m.model_copy(update={"machine_id": r.identity or m.machine_id}), time.time())))
+        for kind, route in ROUTES.items():
+            self.handle(kind, self._serve(route))
+        # The agents' requests: their sender is the authenticated agent (CURVE), else the
+        # body's machine_id.
         self.handle(ActionReport, self.on_report)
-        # The authenticated sender if there is one (CURVE), else the body's machine_id.
         self.handle(ClaimAttempt, self.on_claim)
-        self.handle(ActionProgress,
-                    lambda m, r: self._apply(self.core.progress(m, r.agent or m.machine_id,
-                                                                time.time())))
+        self.handle(ActionProgress, self.on_progress)
         self.handle(AgentHello, self.on_hello)
-        self.handle(ListInFlight, lambda _m, _r: self.core.inflight().reply)
-        self.handle(OrphanResend,
-                    lambda m, _r: self._apply(self.core.orphan_resend(m, time.time())))
-        self.handle(OrphanGiveUp,
-                    lambda m, _r: self._apply(self.core.orphan_giveup(m, time.time())))
+        self.handle(AgentAvailable, self.on_available)
         # A lambda: self._sent is a new list after each commit.
         self.loop = LoopBatcher(
             lambda service, message, callback, timeout_s: self.call(
@@ -270,13 +244,14 @@ class DispatcherActor(Actor):
         """Exit now, sending nothing more: the turn's decisions are not on disk (they are
         rolled back) but in memory and in the replies the loop holds."""
         logger.exception("dispatcher: cannot commit the turn's decisions; stopping")
-        os._exit(DISK_FAILURE_EXIT)
+        os._exit(LOST_EXIT)  # a commit failed: restarted from what is on disk
 
-    def operator_pause(self, msg: PauseReplay) -> Decision:
-        """Operator pause (D8): from the next step; the action in flight is not cancelled."""
-        text = rules.operator_pause_message(msg.operator, msg.message)
-        return self.core.pause(msg.replay_id, rules.OPERATOR, text, time.time(),
-                               detail={"operator": msg.operator, **msg.by()})
+    def on_progress(self, msg: ActionProgress, req: Incoming) -> Message:
+        return self._apply(self.core.progress(msg, req.agent or msg.machine_id, time.time()))
+
+    def on_available(self, msg: AgentAvailable, req: Incoming) -> Message:
+        sender = msg.model_copy(update={"machine_id": req.identity or msg.machine_id})
+        return self._apply(self.core.agent_available(sender, time.time()))
 
     def on_report(self, msg: ActionReport, req: Incoming) -> Message:
         # The authenticated sender if there is one (CURVE), else the body's machine_id.
@@ -298,22 +273,27 @@ class DispatcherActor(Actor):
 
     # The shell ------------------------------------------------------------------------------
 
-    def _once(self, decide: Callable[[_C], Decision]) -> Callable[[_C, Incoming], Message]:
-        """A control request applied at most once per envelope id.
+    def _serve(self, route: Route) -> Callable[[Message, Incoming], Message]:
+        """The handler of a row of :data:`~actors.dispatcher.routes.ROUTES`.
 
-        A client retries with the same envelope id (Lazy Pirate), and the broker keeps a
+        A control request (``Applies.ONCE``) is applied at most once per envelope id: a
+        client retries with the same envelope id (Lazy Pirate), and the broker keeps a
         request queued while we are down: both copies may reach us, and a second StartReplay
         would run the workflow twice (a second ResumeReplay could answer a newer pause
         nobody has seen). The reply is committed with the decision; a copy gets it again.
         """
-        def handler(msg: _C, req: Incoming) -> Message:
+        def handler(msg: Message, req: Incoming) -> Message:
+            if route.applies is Applies.READ:
+                return route.decide(self.core, msg, time.time()).reply
+            if route.applies is Applies.STATE:
+                return self._apply(route.decide(self.core, msg, time.time()))
             kind = type(msg).__name__
             done = self.store.reply_for(req.id, kind)
             if done is not None:
                 logger.warning("dispatcher: {} {} already applied: answering it again", kind,
                                req.id)
                 return decode(done).body
-            return self._apply(decide(msg), (req.id, kind))
+            return self._apply(route.decide(self.core, msg, time.time()), (req.id, kind))
 
         return handler
 
@@ -426,23 +406,13 @@ class DispatcherActor(Actor):
 
 
 def _open_store(settings: Settings) -> DispatcherStore:
-    """The store the settings name (stores.py); a database that cannot be reached is said in
-    the log and ends the process (STORE_UNAVAILABLE_EXIT): the supervisor's restart policy
-    applies (docs/operations.md)."""
-    try:
-        return open_store(settings, _database_lost, lambda db: wait_to_lead(settings, db))
-    except StoreUnavailable as exc:
-        logger.error("dispatcher: {}; exiting ({})", exc, STORE_UNAVAILABLE_EXIT)
-        raise SystemExit(STORE_UNAVAILABLE_EXIT) from None
-
-
-def _database_lost(exc: BaseException) -> None:
-    """The connection to PostgreSQL is gone: what this process holds in memory may be ahead
-    of what is committed, and nothing uncommitted may go out. Stop at once; the supervisor
-    restarts the dispatcher from what the database holds."""
-    logger.error("dispatcher: lost the database connection ({}); stopping",
-                 str(exc).strip())
-    os._exit(DISK_FAILURE_EXIT)
+    """The store the settings name (store/open.py), once this process leads (on PostgreSQL);
+    a database out of reach ends the process (actors/store_exits.py). A lost connection
+    stops it at once: what it holds in memory may be ahead of what is committed, and it
+    restarts from what the database holds."""
+    return open_or_exit("dispatcher", lambda: open_store(
+        settings, exit_on_loss("dispatcher"), lambda db: wait_to_lead(settings, db)),
+        StoreUnavailable)
 
 
 def _ignore(_reply: Envelope[Message] | None, _error: CallFailed | None) -> None:

@@ -2,7 +2,8 @@
 
 The switches keep the spec's names (``RPA_LOOP_DETECTOR_ENABLED``, ``RPA_SAFETY_CHECKS_*``,
 read by the same classes as the actors that own them); routing has no switch in the spec,
-ours is ``LEA_DISPATCHER_ROUTE_ENABLED``.
+ours is ``LEA_DISPATCHER_AGENT_ROUTES``: the agent finds a screen action's monitor itself, by
+the monitor router's rule (``DispatchAction.agent_routes``, docs/screens-and-pauses.md).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.safety_checks.core import SafetyChecksConfig
 
 PAYLOAD_MARGIN_S = 2.0
@@ -31,7 +32,7 @@ class ConsultSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LEA_DISPATCHER_", frozen=True)
 
-    route_enabled: bool = True
+    agent_routes: bool = True
     route_timeout_s: float = Field(1.0, gt=0, le=60)
     safety_checks_enabled: bool = True
 
@@ -41,7 +42,7 @@ def config_from_env() -> DispatcherConfig:
     loop, consult, safety = LoopSwitch(), ConsultSettings(), SafetyChecksConfig()
     return DispatcherConfig(
         loop_detector=loop.enabled, loop_timeout_s=loop.timeout_s,
-        monitor_router=consult.route_enabled, route_timeout_s=consult.route_timeout_s,
+        agent_routes=consult.agent_routes, route_timeout_s=consult.route_timeout_s,
         safety_checks=consult.safety_checks_enabled,
         payload_timeout_s=safety.llm_timeout_s + PAYLOAD_MARGIN_S,
         llm_timeout_s=safety.llm_timeout_s,

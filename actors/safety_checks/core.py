@@ -27,9 +27,9 @@ from actors.safety_checks.llm import (
 )
 from messages import events
 from messages.replay import SafetyCheck
-from messages.safety import BuildPausePayload, LlmAudit, PausePayload, ReplayContext
+from messages.safety_checks import BuildPausePayload, LlmAudit, PausePayload, ReplayContext
 from messages.workflow import Action
-from workflow.safety import (
+from workflow.safety_rules import (
     LLM_UNAVAILABLE_CHECK_ID,
     llm_unavailable_check,
     pause_checks,

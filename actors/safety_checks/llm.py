@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from messages.replay import SafetyCheck
-from messages.safety import DroppedCheck, LlmCause, ReplayContext
+from messages.safety_checks import DroppedCheck, LlmCause, ReplayContext
 from messages.workflow import Action
-from workflow.safety import pause_message
+from workflow.safety_rules import pause_message
 
 
 # No docstrings on these two: pydantic would put them in the schema the model reads; the
@@ -60,7 +60,7 @@ class LlmReply:
 
 
 class LlmFailure(Exception):
-    """The call gave no usable text; ``cause`` is one of messages.safety.LlmCause."""
+    """The call gave no usable text; ``cause`` is one of messages.safety_checks.LlmCause."""
 
     def __init__(self, cause: LlmCause, detail: str, latency_ms: float = 0.0,
                  raw: str | None = None) -> None:

@@ -23,7 +23,7 @@ from actors.safety_checks.core import (
 from actors.safety_checks.llm import LlmClient
 from actors.safety_checks.ollama import OllamaClient
 from messages.base import Message
-from messages.safety import BuildPausePayload, PausePayload
+from messages.safety_checks import BuildPausePayload, PausePayload
 from runtime.settings import Settings
 
 

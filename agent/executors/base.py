@@ -10,59 +10,31 @@ outcome's ``input_performed``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.effects import EffectsLog
-from messages.dispatch import ActionSite, DispatchAction, InputPerformed
-from messages.monitor import MonitorResolution
-from messages.workflow import TargetSpec
+from messages.dispatch import DispatchAction, InputPerformed, Outcome
 
 
-@dataclass(frozen=True, slots=True)
-class ActionOutcome:
-    """The executor's share of an :class:`~messages.dispatch.ActionReport` (docs/protocol.md).
+@dataclass(frozen=True)
+class ActionOutcome(Outcome):
+    """The executor's share of an :class:`~messages.dispatch.ActionReport` (docs/protocol.md):
+    the report's :class:`~messages.dispatch.Outcome` fields, and whether its input was sent."""
 
-    Screenshots are PNG bytes; msgpack carries them as binary (no base64 on the wire).
-    """
-
-    success: bool
-    error: str | None = None
-    warning: str | None = None
-    screenshot_before: bytes | None = None
-    screenshot_after: bytes | None = None
-    actual_position: dict[str, float] | None = None
-    resolution_method: str | None = None
-    resolution_score: float | None = None
-    resolution_elapsed_ms: float | None = None
-    resolution_box: dict[str, float] | None = None
-    target_description: str | None = None
-    target_spec: TargetSpec | None = None
-    correction: dict[str, Any] | None = None
-    system_dialog: dict[str, Any] | None = None
-    needs_human: bool = False
-    site: ActionSite | None = None
-    """Where the input went (foreground window, focus), when the platform can say."""
-    output_value: str | None = None
-    """A read_text step: what was read (messages/dispatch.py)."""
-    monitor_resolution: MonitorResolution | None = None
-    """The monitor the executor found for a dispatch that left it to the agent
-    (``agent_routes``, desktop_target.routed_here)."""
     input_performed: InputPerformed = "unknown"
     """Set by the executor from its :class:`~agent.effects.InputTracker` once the action is
-    over; ``unknown`` until then, so an outcome nobody vouched for is never retried."""
+    over; ``unknown`` until then, so an outcome nobody vouched for is never retried. (The
+    report's is None when an agent older than the field sent it.)"""
 
     @classmethod
     def failure(cls, error: str, **fields: Any) -> ActionOutcome:
         return cls(success=False, error=error, **fields)
 
     def report_fields(self) -> dict[str, Any]:
-        """Keyword arguments for ActionReport (target_spec kept as a model)."""
-        fields = asdict(self)
-        fields["target_spec"] = self.target_spec
-        fields["site"] = self.site
-        fields["monitor_resolution"] = self.monitor_resolution
-        return fields
+        """Keyword arguments for ActionReport, as they are (models stay models)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 class ExecutorUnavailable(RuntimeError):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import zmq
 
-from agent.tunnel import Tunnel, TunnelSpec, free_local_port, parse_target
+from agent.link.tunnel import Tunnel, TunnelSpec, free_local_port, parse_target
 from messages.audit import AuditPage, AuditQuery
 from messages.dispatch import InFlightList, ListInFlight
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
@@ -71,7 +71,7 @@ class SshCurveTree:
         return found()
 
     def tunnel(self) -> Tunnel:
-        """An ssh -L of our own to the CURVE port, as an agent's (agent/tunnel.py)."""
+        """An ssh -L of our own to the CURVE port, as an agent's (agent/link/tunnel.py)."""
         tunnel = Tunnel(TunnelSpec(
             target=parse_target(self.sshd.target), local_port=free_local_port(),
             remote_host="127.0.0.1", remote_port=self.curve_port,

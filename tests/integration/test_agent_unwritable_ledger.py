@@ -71,7 +71,7 @@ def test_a_full_disk_keeps_the_agent_from_starting(tiny_disk: Path,
 def test_a_full_disk_under_an_existing_ledger_keeps_the_agent_from_starting(
         tiny_disk: Path, lea_env: dict[str, str]) -> None:
     """The ledger was made while there was room; the disk filled up since."""
-    from agent.ledger import Ledger
+    from agent.protocol.ledger import Ledger
 
     Ledger(tiny_disk / "agent" / "ledger.sqlite3").close()
     for leftover in (tiny_disk / "agent").glob("ledger.sqlite3-*"):

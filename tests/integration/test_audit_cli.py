@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.audit_log.store import AuditStore, audit_paths
+from actors.audit_log.store.audit_store import AuditStore, audit_paths
 from messages.audit import AppendRecords, AuditRecordIn, RecordsAcked
 from tests.audit_helpers import alter_byte, delete, insert_forged, store_records
 from tests.conftest import ROOT, Spawn

@@ -16,8 +16,8 @@ import pytest
 import zmq
 
 from actors.audit_log.image_seal import key_id_of
-from actors.audit_log.store import audit_paths
-from actors.audit_log.store_db import default_keyring
+from actors.audit_log.store.audit_store import audit_paths
+from actors.audit_log.store.db import default_keyring
 from messages import events
 from messages.audit import AppendRecords, AuditQuery, GetScreenshot, RecordsAcked, Screenshot
 from tests.conftest import Spawn, wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from actors.audit_log.store import audit_paths
+from actors.audit_log.store.audit_store import audit_paths
 from messages.audit import (
     AppendRecords,
     GetScreenshot,

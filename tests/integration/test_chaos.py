@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from actors import ACTORS
-from actors.dispatcher.rules import base_id
+from actors.dispatcher.machine.rules import base_id
 from messages.replay import GetReplayStatus, ReplayStatusReply, ReplaySummary, ResumeReplay
 from messages.workflow import CRITICAL_TYPES, Workflow
 from tests.conftest import Spawn, wait_until

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from agent.curve import EXIT_REFUSED
+from agent.link.curve_link import EXIT_REFUSED
 from tests.conftest import ROOT, Spawn, free_port, python_argv, wait_until
 from tests.integration.system import Agent, System, clicks, workflow
 from tests.integration.transport_checks import (

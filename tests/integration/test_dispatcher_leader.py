@@ -1,4 +1,4 @@
-"""Two dispatchers on one PostgreSQL database (actors/dispatcher/election.py), real
+"""Two dispatchers on one PostgreSQL database (actors/dispatcher/leader/election.py), real
 processes: the tree (`python run.py`) on PostgreSQL, a second dispatcher (``python -m actors
 dispatcher``, the same settings: it reaches the tree's broker by its door), ten real
 simulated agents. The second waits as a standby with no worker registered; kill -9 of the

@@ -232,7 +232,7 @@ class _Screen:
 
 def test_a_focus_change_is_sent_at_once_not_at_the_next_interval(router: Router) -> None:
     """Interval 60 s: only the first heartbeat and the change-driven ones can arrive."""
-    from agent.heartbeat import HeartbeatConfig, Heartbeats
+    from agent.link.heartbeat import HeartbeatConfig, Heartbeats
     from transport.client import Client
 
     client = Client(router.ctx, router.client_endpoint)

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from actors.dispatcher.rules import base_id
+from actors.dispatcher.machine.rules import base_id
 from messages import events
 from messages.dispatch import ActionReceived, DispatchAction, DispatchMeta
 from messages.replay import ReplayResumed, ResumeReplay

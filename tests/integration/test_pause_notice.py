@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.pause_window import TITLE, notice_text, text_box_size
+from agent.windows.pause_window import TITLE, notice_text, text_box_size
 from messages.base import Message
 from messages.pause import AgentPaused, AgentPauseEnded
 from messages.replay import Ack, SafetyCheck

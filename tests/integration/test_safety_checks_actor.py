@@ -24,14 +24,14 @@ from cli.ollama_stub import GOOD_CHECKS, OllamaStub
 from messages import ErrorReply, Pong, decode, encode, events
 from messages.control import Ping
 from messages.events import Event
-from messages.safety import BuildPausePayload, PausePayload, ReplayContext
+from messages.safety_checks import BuildPausePayload, PausePayload, ReplayContext
 from messages.workflow import Action
 from tests.conftest import ROOT, free_port, python_argv, wait_until
 from tests.integration.probes import serves
 from transport import mdp
 from transport.bus import Subscriber
 from transport.client import CallFailed, SyncClient
-from workflow.safety import LLM_UNAVAILABLE_CHECK_ID
+from workflow.safety_rules import LLM_UNAVAILABLE_CHECK_ID
 
 SCREEN = b"\x89PNG\r\n\x1a\n" + b"screen" * 50
 SERVICE = "safety_checks"

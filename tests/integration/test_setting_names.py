@@ -49,3 +49,12 @@ def test_a_name_like_no_setting_is_a_warning(lea_env: dict[str, str]) -> None:
     done = _run(env, "run.py", "workflow", "check", "examples/admission_note.json")
     assert done.returncode == 0, done.stderr
     assert "warning: unknown setting LEA_XYZZY: nothing reads it" in done.stderr
+
+
+def test_a_renamed_setting_stops_the_process_naming_its_new_name(
+        lea_env: dict[str, str]) -> None:
+    env = {**lea_env, "LEA_DISPATCHER_ROUTE_ENABLED": "0"}
+    done = _run(env, "-m", "actors", "dispatcher")
+    assert done.returncode == 2, done.stderr
+    assert ("setting LEA_DISPATCHER_ROUTE_ENABLED was renamed to "
+            "LEA_DISPATCHER_AGENT_ROUTES") in done.stderr, done.stderr

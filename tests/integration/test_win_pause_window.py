@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.pause_text import HEADLINE, TITLE, notice_text
+from agent.windows.pause_text import HEADLINE, TITLE, notice_text
 from messages.base import Message
 from messages.pause import AgentPauseEnded
 from messages.replay import Ack

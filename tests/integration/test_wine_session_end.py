@@ -1,4 +1,4 @@
-"""Issue 13: the Windows agent at log-off / shutdown, under Wine (agent/session_end.py).
+"""Issue 13: the Windows agent at log-off / shutdown, under Wine (agent/windows/session_end.py).
 
 A Windows process that has loaded user32 gets no CTRL_LOGOFF_EVENT / CTRL_SHUTDOWN_EVENT on
 its console handler; Windows sends its top-level windows WM_QUERYENDSESSION and
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.session_end import CLASS_NAME
+from agent.windows.session_end import CLASS_NAME
 from messages.replay import ResumeReplay
 from tests.conftest import ROOT, Spawn, free_port, wait_until
 from tests.integration.system import System, clicks, workflow

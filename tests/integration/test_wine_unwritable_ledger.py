@@ -53,7 +53,7 @@ def test_an_existing_ledger_on_a_disk_now_full_or_read_only_keeps_it_from_starti
         tiny_disk: Path, agent_bundle: WineBundle) -> None:  # noqa: F811
     """The ledger was made while there was room: opening it must write (its WAL), so a
     disk full since, then remounted read-only, refuses the agent both times."""
-    from agent.ledger import Ledger
+    from agent.protocol.ledger import Ledger
 
     Ledger(tiny_disk / "agent" / "ledger.sqlite3").close()
     for leftover in (tiny_disk / "agent").glob("ledger.sqlite3-*"):

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from actors.dispatcher.store import DB_NAME as DISPATCHER_DB
+from actors.dispatcher.store.dispatcher_store import DB_NAME as DISPATCHER_DB
 from audit_outbox.store import DB_NAME as SUPERVISOR_DB
 from runtime.sqlite_store import EPOCH_BITS
 from tests.conftest import ROOT, python_argv

@@ -13,7 +13,8 @@ from tests.unit.dispatcher_db import Reopen
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Reopen:
-    """The dispatcher store's contract holds on both databases (stores.py chooses one)."""
+    """The dispatcher store's contract holds on both databases (actors/dispatcher/store/open.py
+    chooses one)."""
     if request.param == "sqlite":
         return Reopen(str(tmp_path / "d.sqlite3"))
     return Reopen(request.getfixturevalue("pg_url"))

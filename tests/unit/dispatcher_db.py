@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from actors.dispatcher.pg_store import PgDb
-from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
+from actors.dispatcher.store.postgres import PgDb
 
 
 def open_at(where: str, **kwargs: Any) -> DispatcherStore:

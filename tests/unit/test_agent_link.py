@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent import command as agent_cmd
-from agent import link as agent_link
-from agent.tunnel import (
+from agent.link import broker_link as agent_link
+from agent.link.tunnel import (
     Backoff,
     SshTarget,
     TunnelError,

@@ -1,6 +1,6 @@
 """The agent's report path: the ledger records a report, the outbox sends those very bytes,
-every try the same, until the dispatcher's ack, which the ledger records (agent/outbox.py,
-agent/asks.py). A ROUTER socket stands for the broker and the dispatcher behind it."""
+every try the same, until the dispatcher's ack, which the ledger records (agent/protocol/outbox.py,
+agent/protocol/asks.py). A ROUTER socket stands for the broker and the dispatcher behind it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import zmq
 
-from agent.asks import Asks
-from agent.ledger import Ledger, outbox_report
-from agent.outbox import Outbox
+from agent.protocol.asks import Asks
+from agent.protocol.ledger import Ledger, outbox_report
+from agent.protocol.outbox import Outbox
 from messages.codec import decode, encode
 from messages.dispatch import ActionReport, DispatchAction, DispatchMeta, ReportAck
 from messages.workflow import Action

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.dispatcher.audit_records import audit_record
-from actors.dispatcher.effects import AuditRecord
+from actors.dispatcher.machine.decision import AuditRecord
 from audit_outbox.sender import BATCH, RETRY_S, AuditSender, checked, plain_json
 from messages.audit import AppendRecords, AuditRecordIn, RecordsAcked, json_problem
 from messages.base import Message, is_plain_json

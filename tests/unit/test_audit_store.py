@@ -15,7 +15,7 @@ import pytest
 from actors.audit_log.chain import Anchor, Verdict, verify
 from actors.audit_log.evidence import Evidence
 from actors.audit_log.image_seal import sealed_size
-from actors.audit_log.store import (
+from actors.audit_log.store.audit_store import (
     CONFLICT_KIND,
     AuditStore,
     audit_paths,
@@ -203,7 +203,7 @@ def test_pruning_removes_files_keeps_hashes_and_the_chain(store: AuditStore,
 
 def test_a_large_prune_goes_in_bounded_batches(store: AuditStore, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("actors.audit_log.store.PRUNE_BATCH", 2)
+    monkeypatch.setattr("actors.audit_log.store.audit_store.PRUNE_BATCH", 2)
     store_records(store, [rec(i, screenshots={"a": b"img%d" % i}) for i in range(5)],
                   now=1000.0)
     rounds = []

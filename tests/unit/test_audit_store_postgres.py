@@ -20,9 +20,9 @@ from actors.audit_log.chain import Verdict, verify
 from actors.audit_log.evidence import Evidence
 from actors.audit_log.image_keys import ImageCipher
 from actors.audit_log.image_seal import sealed_size
-from actors.audit_log.pg_store import PgAuditDb
-from actors.audit_log.store import AuditStore, iter_chain, read_anchor
-from actors.audit_log.store_db import default_keyring
+from actors.audit_log.store.audit_store import AuditStore, iter_chain, read_anchor
+from actors.audit_log.store.db import default_keyring
+from actors.audit_log.store.postgres import PgAuditDb
 from tests.audit_helpers import store_records
 from tests.conftest import ROOT
 from tests.unit.test_audit_store import rec
@@ -129,9 +129,9 @@ import sys, time
 import psycopg
 from pathlib import Path
 from actors.audit_log.image_keys import ImageCipher
-from actors.audit_log.pg_store import PgAuditDb
-from actors.audit_log.store import AuditStore
-from actors.audit_log.store_db import default_keyring
+from actors.audit_log.store.postgres import PgAuditDb
+from actors.audit_log.store.audit_store import AuditStore
+from actors.audit_log.store.db import default_keyring
 from tests.audit_helpers import store_records
 from tests.unit.test_audit_store import rec
 
@@ -184,7 +184,7 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from actors.audit_log.image_keys import ImageCipher
-from actors.audit_log.pg_store import PgAuditDb
+from actors.audit_log.store.postgres import PgAuditDb
 
 db = PgAuditDb.connect(sys.argv[1], ImageCipher(None))
 with db.appending():  # the chain's lock, then silence: a writer frozen or cut off

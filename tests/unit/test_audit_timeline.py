@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.dispatcher.audit_records import audit_record
-from actors.dispatcher.effects import AuditRecord
+from actors.dispatcher.machine.decision import AuditRecord
 from cli.audit_timeline import describe_record
 from messages.audit import AuditRecordOut
 

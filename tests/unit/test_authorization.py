@@ -21,10 +21,10 @@ import zmq
 import zmq.auth
 
 from actors import callers
-from actors.dispatcher.effects import AuditRecord, RecordReport
+from actors.dispatcher.machine.decision import AuditRecord, RecordReport
 from actors.dispatcher.process import DispatcherActor
 from actors.monitor_router.process import MonitorRouterActor
-from broker.curve import AllowList
+from broker.curve_listener import AllowList
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import ErrorReply, Ping, Pong

@@ -12,10 +12,11 @@ from cli import bundle, installer
 
 def test_the_folder_holds_the_agent_and_what_it_imports_only() -> None:
     modules = bundle.agent_modules()
-    for needed in ("agent.process", "agent.ledger", "agent.console_stop", "agent.session_end",
+    for needed in ("agent.process", "agent.protocol.ledger", "agent.windows.console_stop",
+    "agent.windows.session_end",
                    "agent.executors.desktop", "agent.screen.win32", "transport.worker",
                    "transport.client", "runtime.settings", "messages.codec", "agent.command",
-                   "agent.link", "runtime.liveness", "workflow.monitors"):
+                   "agent.link.broker_link", "runtime.liveness", "workflow.monitors"):
         assert needed in modules
     for server_side in ("actors", "console", "supervision", "broker", "cli", "audit_outbox"):
         assert server_side not in modules

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.audit_log.store import AuditStore
+from actors.audit_log.store.audit_store import AuditStore
 from cli import bundle, ollama_stub
 from cli.main import build_parser, every_parser
 from messages.audit import AuditRecordIn

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from zmq.utils import z85
 
-from agent.curve import EXIT, FAILED, MISMATCH, OK, REFUSED, RETRY, HandshakeWatch
-from broker.curve import AllowList, decide, server_keys_problem
+from agent.link.curve_link import EXIT, FAILED, MISMATCH, OK, REFUSED, RETRY, HandshakeWatch
+from broker.curve_listener import AllowList, decide, server_keys_problem
 from cli.main import main
 from transport.curve_keys import CurveConfigError, KeyLayout, read_key_file
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from actors.dispatcher import steps
-from actors.dispatcher.consult import LOOP_DETECTED
-from actors.dispatcher.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
-from actors.dispatcher.effects import Consult, Decision, Notify, TrackInFlight
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine import steps
+from actors.dispatcher.machine.consult import LOOP_DETECTED
+from actors.dispatcher.machine.consult_inputs import MAX_PENDING_VERDICTS, VERDICT_PENDING
+from actors.dispatcher.machine.decision import Consult, Decision, Notify, TrackInFlight
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.watchdog.core import WatchdogConfig, WatchdogCore
 from messages import events
 from messages.dispatch import (
@@ -21,11 +21,11 @@ from messages.dispatch import (
 from messages.loop import ForgetReplay, LoopVerdict, ObserveStep
 from messages.monitor import MonitorResolution, ResolveMonitor
 from messages.replay import Ack, PauseReplay, SafetyCheck
-from messages.safety import BuildPausePayload, CaptureScreen, PausePayload, ScreenCaptured
+from messages.safety_checks import BuildPausePayload, CaptureScreen, PausePayload, ScreenCaptured
 from tests.unit.test_dispatcher_core import H, act, audits, event, of, sent, topics, wf
-from workflow.safety import LLM_UNAVAILABLE_CHECK_ID
+from workflow.safety_rules import LLM_UNAVAILABLE_CHECK_ID
 
-ALL = DispatcherConfig(loop_detector=True, monitor_router=True, safety_checks=True)
+ALL = DispatcherConfig(loop_detector=True, agent_routes=True, safety_checks=True)
 SCREEN2 = MonitorResolution(idx=1, offset_x=1920, offset_y=0, w=1280, h=1024, source="action")
 PNG = b"\x89PNG\r\n\x1a\n..."
 CHECKS = [{"id": "patient", "label": "Bon patient", "required": True},
@@ -73,7 +73,7 @@ def claim_of(h: H, rid: str, dispatch: DispatchAction) -> ClaimReply:
 
 
 def test_a_screen_action_is_dispatched_at_once_and_the_agent_finds_its_monitor() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
+    h = H(DispatcherConfig(agent_routes=True))
     rid, d = h.start(wf(act("s1")))
     assert consults(d) == [] and h.replay(rid).awaiting is None
     (dispatch,) = sent(d)
@@ -83,14 +83,14 @@ def test_a_screen_action_is_dispatched_at_once_and_the_agent_finds_its_monitor()
     (again,) = sent(h.resend(rid))
     assert again.agent_routes and again.attempt_id != dispatch.attempt_id
     # Without monitor routing, and for an action off the screen, the agent is not asked to.
-    _, d = H(DispatcherConfig(monitor_router=False)).start(wf(act("s1")))
+    _, d = H(DispatcherConfig(agent_routes=False)).start(wf(act("s1")))
     assert not sent(d)[0].agent_routes
     _, d = h.start(wf(act("w", "wait")), machine="m2")
     assert not sent(d)[0].agent_routes
 
 
 def test_the_monitor_an_agent_found_is_announced_as_the_router_announces_its_own() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
+    h = H(DispatcherConfig(agent_routes=True))
     rid, _ = h.start(wf(act("s1"), act("s2")))
     focus = SCREEN2.model_copy(update={"source": "focus",
                                        "reason": "recorded_monitor_unavailable"})
@@ -107,11 +107,11 @@ def test_the_monitor_an_agent_found_is_announced_as_the_router_announces_its_own
 def test_a_route_asked_before_the_agent_routed_is_asked_again_and_carried() -> None:
     """A replay stored while it waited for the router (before the agents found their
     monitors themselves) asks the router again at the start, and dispatches its answer."""
-    h = H(DispatcherConfig(monitor_router=True))
+    h = H(DispatcherConfig(agent_routes=True))
     rid, _ = h.start(wf(act("s1"), act("s2")))
     h.report(rid)
     routing(h, rid)
-    h2 = H(DispatcherConfig(monitor_router=True), state=h.core.state, first_id=100)
+    h2 = H(DispatcherConfig(agent_routes=True), state=h.core.state, first_id=100)
     (c,) = consults(h2.do(h2.core.recover(h2.now)))
     assert isinstance(c.message, ResolveMonitor) and c.message.action_id == "s2"
     d = h2.do(h2.core.consulted(rid, "not-the-token", SCREEN2, None, h2.now))

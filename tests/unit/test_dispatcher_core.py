@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from actors.dispatcher.core import DispatcherCore
-from actors.dispatcher.effects import (
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Decision,
     Notify,
@@ -34,8 +34,8 @@ from actors.dispatcher.effects import (
     TrackInFlight,
     UntrackInFlight,
 )
-from actors.dispatcher.rules import base_id, resume_id, retry_id
-from actors.dispatcher.state import (
+from actors.dispatcher.machine.rules import base_id, resume_id, retry_id
+from actors.dispatcher.machine.state import (
     DispatcherConfig,
     DispatcherState,
     InFlightEntry,
@@ -44,7 +44,7 @@ from actors.dispatcher.state import (
     mutable_dump,
     mutable_restore,
 )
-from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
 from messages import events
 from messages.control import ErrorReply
 from messages.dispatch import (
@@ -71,7 +71,7 @@ from messages.replay import (
     StartReplay,
 )
 from messages.workflow import CRITICAL_TYPES, Action, Workflow
-from workflow.safety import declared_checks
+from workflow.safety_rules import declared_checks
 
 E = TypeVar("E")
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from actors.dispatcher.audit_records import outbox_records
-from actors.dispatcher.effects import AuditRecord, TrackInFlight, UntrackInFlight
+from actors.dispatcher.machine.decision import AuditRecord, TrackInFlight, UntrackInFlight
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.dispatcher.process import DispatcherActor
-from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.store import DB_NAME, DispatcherStore, SqliteDb
+from actors.dispatcher.store.dispatcher_store import DB_NAME, DispatcherStore
+from actors.dispatcher.store.sqlite import SqliteDb
 from actors.watchdog.process import WatchdogActor
 from messages.base import Message
 from messages.codec import decode, encode

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.dispatcher import rules
-from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.machine import rules
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
 from messages import events
 from messages.dispatch import ClaimAttempt, ClaimReply
 from messages.replay import Ack, ResumeReplay, StartReplay

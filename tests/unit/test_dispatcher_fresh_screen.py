@@ -1,10 +1,11 @@
 """The safety checks' model judges a screen taken after the last person's action
-(actors/dispatcher/consult.py: screen_is_fresh), never one a person may have changed since."""
+(actors/dispatcher/machine/consult.py: screen_is_fresh), never one a person may have changed
+since."""
 
 from __future__ import annotations
 
-from actors.dispatcher.state import DispatcherConfig
-from messages.safety import BuildPausePayload, CaptureScreen, ScreenCaptured
+from actors.dispatcher.machine.state import DispatcherConfig
+from messages.safety_checks import BuildPausePayload, CaptureScreen, ScreenCaptured
 from tests.unit.test_dispatcher_consult import answer, consults
 from tests.unit.test_dispatcher_core import H, act, granted, wf
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actors.dispatcher.effects import AuditRecord, Notify, PublishEvent, RecordReport
-from actors.dispatcher.state import mutable_dump, mutable_restore
+from actors.dispatcher.machine.decision import AuditRecord, Notify, PublishEvent, RecordReport
+from actors.dispatcher.machine.state import mutable_dump, mutable_restore
 from messages.control import ErrorReply
 from messages.replay import StartReplay
 from messages.workflow import Workflow

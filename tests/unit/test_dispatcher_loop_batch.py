@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.dispatcher.effects import Consult
 from actors.dispatcher.loop_batch import LoopBatcher
+from actors.dispatcher.machine.decision import Consult
 from messages.base import Message
 from messages.codec import Envelope
 from messages.control import ErrorReply

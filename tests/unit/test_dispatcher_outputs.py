@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actors.dispatcher.effects import AuditRecord
-from actors.dispatcher.state import mutable_dump, mutable_restore
+from actors.dispatcher.machine.decision import AuditRecord
+from actors.dispatcher.machine.state import mutable_dump, mutable_restore
 from messages.replay import ResumeReplay
 from messages.workflow import Workflow
 from tests.unit.test_dispatcher_core import H, of, sent

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.dispatcher.machine.state import DispatcherConfig
 from actors.dispatcher.process import DispatcherActor
-from actors.dispatcher.state import DispatcherConfig
 from messages.base import Message
 from messages.codec import decode, encode
 from messages.control import ErrorReply

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from actors.dispatcher.core import DispatcherCore
-from actors.dispatcher.effects import SendToAgent
-from actors.dispatcher.queue_book import QueueItem
-from actors.dispatcher.state import DispatcherConfig
-from actors.dispatcher.store import DispatcherStore
+from actors.dispatcher.machine.decision import SendToAgent
+from actors.dispatcher.machine.queue_book import QueueItem
+from actors.dispatcher.machine.state import DispatcherConfig
+from actors.dispatcher.store.dispatcher_store import DispatcherStore
 from messages.control import ErrorReply
 from messages.queue import AddItems, AgentAvailable, CreateQueue, QueueItemIn, QueueReply
 from messages.workflow import Workflow

@@ -1,4 +1,4 @@
-"""The role of a dispatcher sharing PostgreSQL (actors/dispatcher/role.py): who competes for
+"""The role of a dispatcher sharing PostgreSQL (actors/dispatcher/leader/role.py): who competes for
 the leader's lease, when a leader steps down, how a broker's ``mmi.broker`` answer is read;
 and the lease and its fencing token on a real server (lease.py). A standby must never try
 the lease while its broker does not serve (it would lead on a server nothing reaches); a
@@ -13,9 +13,7 @@ import time
 import psycopg
 import pytest
 
-from actors.dispatcher import lease
-from actors.dispatcher.pg_store import PgDb
-from actors.dispatcher.role import (
+from actors.dispatcher.leader.role import (
     BrokerSaid,
     Do,
     Role,
@@ -24,6 +22,8 @@ from actors.dispatcher.role import (
     brokers_serve,
     decide,
 )
+from actors.dispatcher.store import lease
+from actors.dispatcher.store.postgres import PgDb
 from tests.conftest import wait_until
 
 S, L = Role.STANDBY, Role.LEADER

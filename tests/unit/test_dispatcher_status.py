@@ -3,7 +3,7 @@ core's state."""
 
 from __future__ import annotations
 
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine.state import DispatcherConfig
 from console.views import pause_view
 from messages.monitor import MonitorResolution
 from tests.unit.test_dispatcher_consult import answer, routing
@@ -23,7 +23,7 @@ def test_a_retry_waiting_for_its_monitor_is_still_a_step_to_go() -> None:
     where the retry goes (a replay stored while it waited for the router), the retry is
     neither queued nor in flight in the core: the status counts it as waiting to be
     dispatched, at the head (I1: queued + in flight = left)."""
-    h = H(DispatcherConfig(monitor_router=True))
+    h = H(DispatcherConfig(agent_routes=True))
     rid, _ = h.start(wf("s1", act("s2", "wait")))
     h.report(rid, success=False, error="target_not_found")
     routing(h, rid)
@@ -37,7 +37,7 @@ def test_a_retry_waiting_for_its_monitor_is_still_a_step_to_go() -> None:
 
 
 def test_the_last_step_waiting_for_its_monitor_is_counted() -> None:
-    h = H(DispatcherConfig(monitor_router=True))
+    h = H(DispatcherConfig(agent_routes=True))
     rid, _ = h.start(wf("s1"))
     routing(h, rid)
     assert _i1(h, rid) == (1, 0, 1) and h.status(rid).queue_head == ["s1"]

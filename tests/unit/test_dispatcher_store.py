@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from actors.dispatcher.effects import (
+from actors.dispatcher.machine.decision import (
     AuditRecord,
     Consult,
     Effect,
@@ -30,10 +30,10 @@ from actors.dispatcher.effects import (
     effect_from_dict,
     effect_to_dict,
 )
-from actors.dispatcher.pg_store import PgDb
-from actors.dispatcher.state import DispatcherState, mutable_dump
-from actors.dispatcher.store import DB_NAME, OUTBOX_EFFECTS, DispatcherStore
-from actors.dispatcher.store_db import StoreUnavailable
+from actors.dispatcher.machine.state import DispatcherState, mutable_dump
+from actors.dispatcher.store.db import StoreUnavailable
+from actors.dispatcher.store.dispatcher_store import DB_NAME, OUTBOX_EFFECTS, DispatcherStore
+from actors.dispatcher.store.postgres import PgDb
 from messages.loop import ForgetReplay
 from messages.pause import AgentPaused
 from messages.workflow import Action
@@ -380,7 +380,7 @@ def test_a_control_request_is_recorded_with_its_decision(reopen: Reopen, monkeyp
         store.commit_decision(d2, ("req1", "StartReplay", b"reply-2"))
     assert list(store.load().replays) == [rid]
     # Bounded: the oldest records go.
-    monkeypatch.setattr("actors.dispatcher.store.KEEP_REQUESTS", 2)
+    monkeypatch.setattr("actors.dispatcher.store.dispatcher_store.KEEP_REQUESTS", 2)
     for i in range(2, 5):
         store.commit([], [], (f"req{i}", "StartReplay", b"r"))
     assert [store.reply_for(f"req{i}", "StartReplay") is not None for i in range(1, 5)] == [

@@ -107,7 +107,8 @@ def test_every_deciding_function_named_in_architecture_exists() -> None:
         assert files, f"no module named for {rule!r}"
         code = ""
         for f in files:
-            path = next((p for p in (ROOT / f, ROOT / "actors/dispatcher" / f) if p.exists()),
+            path = next((p for p in (ROOT / f, ROOT / "actors/dispatcher" / f,
+                                     ROOT / "actors/dispatcher/machine" / f) if p.exists()),
                         None)
             if path is None:
                 broken.append(f"{rule}: no file {f}")

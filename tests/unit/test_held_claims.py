@@ -4,7 +4,7 @@ dispatcher's core."""
 from __future__ import annotations
 
 from actors.dispatcher.held_claims import HeldClaims
-from actors.dispatcher.state import DispatcherConfig
+from actors.dispatcher.machine.state import DispatcherConfig
 from messages.base import Message
 from messages.dispatch import ClaimAttempt, ClaimReply
 from messages.loop import LoopVerdict

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.ledger import (
+from agent.protocol.ledger import (
     SCHEMA_VERSION,
     Ledger,
     LedgerConflict,
@@ -20,8 +20,8 @@ from agent.ledger import (
     decode_report,
     outbox_report,
 )
-from agent.outbox import backoff
-from agent.reports import (
+from agent.protocol.outbox import backoff
+from agent.protocol.reports import (
     ALREADY_EXECUTED,
     INDETERMINATE,
     indeterminate_report,
@@ -384,7 +384,7 @@ def test_started_mark_survives_a_kill_right_after_begin(tmp_path: Path) -> None:
     # A process that marks an action started, then dies without closing anything.
     code = (
         "import os, sys\n"
-        "from agent.ledger import Ledger\n"
+        "from agent.protocol.ledger import Ledger\n"
         "from tests.unit.test_ledger import dispatch\n"
         f"Ledger({str(path)!r}).begin(dispatch('step_k'))\n"
         "os._exit(9)\n"

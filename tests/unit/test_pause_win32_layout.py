@@ -1,8 +1,8 @@
-"""Where the Windows pause window and its controls go (agent/pause_win32.py, pure)."""
+"""Where the Windows pause window and its controls go (agent/windows/pause_win32.py, pure)."""
 
 from __future__ import annotations
 
-from agent.pause_win32 import crlf, layout
+from agent.windows.pause_win32 import crlf, layout
 
 WORK = (0, 0, 1920, 1040)  # a 1080p monitor's work area above a 40 px taskbar
 

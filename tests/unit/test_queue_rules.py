@@ -3,8 +3,8 @@ queue_book.py; docs/queues.md)."""
 
 from __future__ import annotations
 
-from actors.dispatcher import queue_rules
-from actors.dispatcher.queue_book import QueueBook, QueueDef, QueueItem
+from actors.dispatcher.machine import queue_rules
+from actors.dispatcher.machine.queue_book import QueueBook, QueueDef, QueueItem
 from messages.workflow import Workflow
 
 

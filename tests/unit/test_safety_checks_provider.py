@@ -19,10 +19,10 @@ from actors.safety_checks.llm import LlmQuery, LlmReply, answer_schema, normalis
 from actors.safety_checks.ollama import OllamaClient
 from cli.ollama_stub import GOOD_CHECKS, OllamaStub
 from messages import events
-from messages.safety import BuildPausePayload, PausePayload, ReplayContext
+from messages.safety_checks import BuildPausePayload, PausePayload, ReplayContext
 from messages.workflow import Action
 from tests.conftest import free_port
-from workflow.safety import LLM_UNAVAILABLE_CHECK_ID, declared_checks
+from workflow.safety_rules import LLM_UNAVAILABLE_CHECK_ID, declared_checks
 
 SCREEN = b"\x89PNG\r\n\x1a\n" + bytes(range(256))  # what the model gets; never decoded here
 CONTEXT = ReplayContext(workflow_id="admission_note", workflow_name="Note d'admission",

@@ -116,3 +116,9 @@ def test_a_name_like_none_is_a_warning_unless_under_a_prefix_of_ours() -> None:
                       "unknown setting RPA_FOO: nothing reads it"]
     assert refused == ["unknown setting LEA_OCR_XYZZY: nothing reads it",
                        "unknown setting RPA_WATCHDOG_FOO: nothing reads it"]
+
+
+def test_a_renamed_setting_is_refused_naming_its_new_name() -> None:
+    refused, _warned = unknown_settings(["LEA_DISPATCHER_ROUTE_ENABLED"], known_settings())
+    assert refused == ["setting LEA_DISPATCHER_ROUTE_ENABLED was renamed to "
+                       "LEA_DISPATCHER_AGENT_ROUTES"]

@@ -99,7 +99,7 @@ def test_bad_arguments_are_refused(kwargs: dict) -> None:  # type: ignore[type-a
 
 def test_a_workflow_with_setup_starts_with_the_guarded_chain() -> None:
     from actors.dispatcher.core import DispatcherCore
-    from actors.dispatcher.state import DispatcherConfig
+    from actors.dispatcher.machine.state import DispatcherConfig
     from messages.control import ErrorReply
     from messages.replay import StartReplay
     from messages.workflow import Workflow

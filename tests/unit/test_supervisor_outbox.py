@@ -1,6 +1,6 @@
 """The supervisor's audit outbox (audit_outbox/store.py): a record stays until audit_log
 has it, survives a restart, and its id names it forever; and its link to audit_log
-(audit_outbox/link.py), which never makes the supervisor wait."""
+(audit_outbox/audit_link.py), which never makes the supervisor wait."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import zmq
 
-from audit_outbox.link import AuditLink
+from audit_outbox.audit_link import AuditLink
 from audit_outbox.store import AuditOutbox
 from tests.conftest import free_port
 

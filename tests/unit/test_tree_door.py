@@ -10,7 +10,7 @@ import pytest
 import zmq.auth
 
 from actors import ACTORS
-from broker.curve import AllowList
+from broker.curve_listener import AllowList
 from broker.tree_door import (
     TREE_SERVICES,
     TREE_USER_ID,

@@ -1,5 +1,5 @@
-"""How the Windows agent stops: the decisions of agent/console_stop.py and
-agent/session_end.py. Their Win32 side runs under Wine (tests/integration/
+"""How the Windows agent stops: the decisions of agent/windows/console_stop.py and
+agent/windows/session_end.py. Their Win32 side runs under Wine (tests/integration/
 test_wine_session_end.py; Ctrl-C: test_wine_agent.py); Wine never sends a console close, so
 that path is proven here only (docs/windows-stop.md)."""
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 import sys
 import threading
 
-from agent.console_stop import (
+from agent.windows.console_stop import (
     CTRL_BREAK_EVENT,
     CTRL_C_EVENT,
     CTRL_CLOSE_EVENT,
     CTRL_LOGOFF_EVENT,
     ConsoleStop,
 )
-from agent.session_end import (
+from agent.windows.session_end import (
     ENDSESSION_LOGOFF,
     WM_ENDSESSION,
     WM_QUERYENDSESSION,

@@ -84,7 +84,7 @@ def test_the_refusal_reads_well_from_a_file(tmp_path: Path) -> None:
 
 
 def test_the_safety_fields_are_checked_on_every_step() -> None:
-    """Honoured on any step (a confirming pause goes in front: workflow.safety), so never
+    """Honoured on any step (a confirming pause goes in front: workflow.safety_rules), so never
     ignored: a misspelt level on a click is refused like one on a pause."""
     w = workflow({})
     w["actions"][0]["parameters"] = {"safety_level": "whatever"}

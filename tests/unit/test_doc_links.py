@@ -8,9 +8,9 @@ docs/*.md, and the docstrings and comments of every Python file. Checked:
 - a repository path (``actors/dispatcher/core.py``, ``tests/integration/test_wine_*.py``,
   ``docs/x.md``, ``examples/two-servers/``) exists; a bare file name (``book.py``) names a
   file somewhere in the repository;
-- a name given beside a file (``agent/outbox.py: ``backoff````, ``outbox.py:backoff``,
+- a name given beside a file (``agent/protocol/outbox.py: ``backoff````, ``outbox.py:backoff``,
   `` `workflow/monitors.py` `route` ``) is defined in it, and a dotted name
-  (``actors.dispatcher.book.ReplayBook``) is a module and the names defined in it;
+  (``actors.dispatcher.machine.book.ReplayBook``) is a module and the names defined in it;
 - a named rule of the transport contract (``I5``, ``C1``, ``D8``) is one the table of
   docs/architecture.md defines, and nothing cites a specification the reader does not have.
 
@@ -376,19 +376,19 @@ def test_the_checker_catches_what_it_is_for(tmp_path: Path) -> None:
     cases = {
         "cites docs/safety.md": "see docs/safety.md",
         "cites actors/dispatcher/gone.py": "in actors/dispatcher/gone.py",
-        "cites agent/outbox.py: nope": "`agent/outbox.py`: `nope`",
-        "cites book.py: Gone": "[`book.py`](../actors/dispatcher/book.py): `Gone`",
-        "cites actors.dispatcher.book.Nope": "`actors.dispatcher.book.Nope`",
+        "cites agent/protocol/outbox.py: nope": "`agent/protocol/outbox.py`: `nope`",
+        "cites book.py: Gone": "[`book.py`](../actors/dispatcher/machine/book.py): `Gone`",
+        "cites actors.dispatcher.machine.book.Nope": "`actors.dispatcher.machine.book.Nope`",
         "cites actors.dispatcher.renamed": "actors.dispatcher.renamed.decide",
         "cites README, \"No such section\"": "README, \"No such section\"",
         "cites nothing_here.py": "``nothing_here.py``",
     }
     for expected, text in cases.items():
         assert any(expected in p for p in _problems_in(doc, 1, text)), (expected, text)
-    for fine in ("`agent/outbox.py`: `backoff`", "actors.dispatcher.book.ReplayBook",
+    for fine in ("`agent/protocol/outbox.py`: `backoff`", "actors.dispatcher.machine.book.ReplayBook",
                  "docs/architecture.md, \"Who decides each rule\"", "`agent.hello`",
                  "tests/integration/test_wine_*.py", "book.py: `Tx`",
-                 "[`book.py`](../actors/dispatcher/book.py): `ReplayBook.owner`"):
+                 "[`book.py`](../actors/dispatcher/machine/book.py): `ReplayBook.owner`"):
         assert list(_problems_in(doc, 1, fine)) == [], fine
     page = tmp_path / "page.md"
     page.write_text("# A title, with `code`\n\n[x](#a-title-with-code) [y](#nope) [z](gone.md)\n",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from PIL import Image, ImageOps, ImageStat
 
-from agent.anchor import (
+from agent.grounding.anchor import (
     UNIQUE_MARGIN,
     AnchorError,
     Match,

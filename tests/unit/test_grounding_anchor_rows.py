@@ -1,4 +1,4 @@
-"""An anchor among rows alike (agent/anchor.py ``score_near``, docs/grounding.md rule 15):
+"""An anchor among rows alike (agent/grounding/anchor.py ``score_near``, docs/grounding.md rule 15):
 among places read alike, the anchor chooses only where it matches clearly better than at
 every other, compared blurred (``ALIKE_BLUR``), for the same link drawn at another
 sub-pixel phase scores far lower than itself, sharp, and looked unique."""
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
-from agent.anchor import UNIQUE_MARGIN, score_near
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.anchor import UNIQUE_MARGIN, score_near
 from messages.workflow import TargetSpec
 from tests.unit.test_grounding_web import inside, screen
 

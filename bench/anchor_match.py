@@ -1,4 +1,4 @@
-"""Anchor template matching on a 1920x1080 monitor image (agent/anchor.py), beside floors.
+"""Anchor template matching on a 1920x1080 monitor image (agent/grounding/anchor.py), beside floors.
 
 ``python bench/anchor_match.py [--runs 60]``
 
@@ -36,7 +36,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from agent.anchor import EARLY_ACCEPT, decode_anchor, find_anchor
+from agent.grounding.anchor import EARLY_ACCEPT, decode_anchor, find_anchor
 
 ROOT = Path(__file__).resolve().parent.parent
 BUTTON = (700, 400, 800, 436)

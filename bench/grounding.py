@@ -36,9 +36,9 @@ from typing import Any
 
 from PIL import Image
 
-from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.grounding.tesseract import PSM, STRIPS, UPSCALE, TesseractReader, pixel_key
 from agent.grounding.text import normalise
 from bench.grounding_record import NOTES, H, W

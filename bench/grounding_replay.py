@@ -20,9 +20,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.grounding.tesseract import TesseractReader
 from agent.grounding.text import candidates, decide
 from bench.grounding import anchor_of, floor_ms, inside

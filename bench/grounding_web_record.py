@@ -31,7 +31,7 @@ from typing import Any
 import mss
 from PIL import Image
 
-from agent.anchor import find_anchor
+from agent.grounding.anchor import find_anchor
 from bench.web_pages import LAYOUTS, PAGES, PARTS, page
 from tests.xdisplay import start_xdisplay
 

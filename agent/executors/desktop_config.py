@@ -11,7 +11,8 @@ LEA_DESKTOP_SCREENSHOT_MAX_SIDE        1280     longest side of a report screens
 LEA_DESKTOP_SCREENSHOT_QUALITY         70       JPEG quality (1-95)
 LEA_DESKTOP_ANCHOR_MIN_SCORE           0.85     anchor match score below which the target is
                                                 not found (and nothing is clicked)
-LEA_DESKTOP_ANCHOR_SCALES              1.0,...  anchor scales tried, in order (agent/anchor.py)
+LEA_DESKTOP_ANCHOR_SCALES              1.0,...  anchor scales tried, in order (agent/grounding/
+                                                anchor.py)
 LEA_DESKTOP_SCREEN_CHANGE_TIMEOUT_S    1.0      after a click, how long to wait for the
                                                 screen to change before ``no_screen_change``
 LEA_DESKTOP_INPUT_PAUSE_S              0.05     pause after each mouse/keyboard call
@@ -36,8 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from agent.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.grounding import text
+from agent.grounding.anchor import DEFAULT_MIN_SCORE, DEFAULT_SCALES
 from agent.grounding.tesseract import DEFAULT_LANGS
 
 T = TypeVar("T")

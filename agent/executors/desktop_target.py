@@ -43,7 +43,6 @@ from dataclasses import dataclass, replace
 
 from PIL import Image
 
-from agent.anchor import AnchorError, decode_anchor, find_anchor
 from agent.executors.desktop_text import (
     OCR,
     Resolved,
@@ -51,6 +50,7 @@ from agent.executors.desktop_text import (
     ambiguous_anchor,
     by_text,
 )
+from agent.grounding.anchor import AnchorError, decode_anchor, find_anchor
 from agent.screen.capture import Rect
 from messages.dispatch import DispatchAction
 from messages.monitor import MAX_MONITORS, Monitor, MonitorResolution

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from agent.anchor import DEFAULT_MIN_SCORE
 from agent.effects import EffectsLog, read_effects
 from agent.executors.base import ActionOutcome
 from agent.executors.desktop_config import DesktopConfig
+from agent.grounding.anchor import DEFAULT_MIN_SCORE
 from messages.dispatch import DispatchAction, DispatchMeta
 from messages.monitor import COMPOSITE, MonitorResolution
 from messages.workflow import Action

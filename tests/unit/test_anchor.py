@@ -1,4 +1,4 @@
-"""Anchor template matching on synthetic screens (agent/anchor.py)."""
+"""Anchor template matching on synthetic screens (agent/grounding/anchor.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from agent.anchor import DEFAULT_MIN_SCORE, AnchorError, decode_anchor, find_anchor
+from agent.grounding.anchor import DEFAULT_MIN_SCORE, AnchorError, decode_anchor, find_anchor
 
 BUTTON = (700, 400, 800, 436)
 

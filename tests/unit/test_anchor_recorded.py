@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agent.anchor import find_anchor
+from agent.grounding.anchor import find_anchor
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "grounding"
 

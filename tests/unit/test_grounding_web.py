@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
-from agent.anchor import find_anchor
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.anchor import find_anchor
 from agent.grounding.dimmed import Dimmed
 from agent.grounding.second_look import could_be_label
 from agent.grounding.text import Word

@@ -17,8 +17,11 @@ A match below ``min_score`` is no match: the caller reports ``target_not_found``
 not click. A match is trusted only where it is unique: ``Match.second`` is the best score
 at another place (the coarse peaks refined at full resolution), and a place within
 ``UNIQUE_MARGIN`` of the best one makes the match ``ambiguous`` (a table's rows look alike
-around their identical buttons, docs/grounding.md). Pure numpy + Pillow: no screen,
-testable on synthetic images.
+around their identical buttons, docs/grounding.md). Among places that read alike,
+:func:`score_near` compares the anchor at each with both blurred by ``ALIKE_BLUR``: the
+same text drawn at another sub-pixel phase (rows at a fractional pitch) differs in its
+anti-aliasing alone, which the correlation of thin strokes takes for other content. Pure
+numpy + Pillow: no screen, testable on synthetic images.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +61,9 @@ FLAT_STD = 2.0
 MAX_ANCHOR_PIXELS = 4_000_000
 UNIQUE_MARGIN = 0.1
 """A second place scoring within this of the best makes the match ambiguous."""
+ALIKE_BLUR = 1.5
+"""Radius (screen pixels) of the Gaussian blur under which a match's uniqueness is judged:
+the same pixels shifted by a fraction of a pixel then score nearly the same."""
 MAX_PEAKS = 24
 """At most this many coarse peaks refined per scale: the first ``PEAKS_PER_SCALE``, and
 those after them scoring within ``UNIQUE_MARGIN`` of the best (a table's rows)."""
@@ -216,10 +223,10 @@ def _denominator(w1: F64, w2: F64, n: int, norm: float) -> F64:
 class _Scaled:
     """The anchor at one scale, full resolution, with its spectra by FFT size."""
 
-    def __init__(self, anchor: Image.Image, scale: float) -> None:
+    def __init__(self, anchor: Image.Image, scale: float, blur: float = 0.0) -> None:
         self.scale = scale
         self.w, self.h = round(anchor.width * scale), round(anchor.height * scale)
-        self.t = gray(_resize(anchor, self.w, self.h))
+        self.t = gray(_blurred(_resize(anchor, self.w, self.h), blur))
         self.mean = float(self.t.mean())
         self.norm = _norm(self.t - self.mean)
         self._spectra: dict[tuple[int, int], C128] = {}
@@ -339,6 +346,10 @@ def find_anchor(screen: Image.Image, anchor: Image.Image,
                  round(max(others, default=-1.0), 4))
 
 
+def _blurred(image: Image.Image, radius: float) -> Image.Image:
+    return image.filter(ImageFilter.GaussianBlur(radius)) if radius > 0 else image
+
+
 @dataclass(frozen=True, slots=True)
 class _Fine:
     score: float
@@ -368,11 +379,23 @@ NEAR_SEARCH = 3
 """Pixels around an expected place that :func:`score_near` searches."""
 
 
+def blurred_score(screen_l: Image.Image, t: _Scaled, left: int, top: int) -> float:
+    """The best score of ``t`` (blurred by ``ALIKE_BLUR``) within ``NEAR_SEARCH`` pixels
+    of ``(left, top)`` on the grey ``screen_l`` blurred alike (only the part around that
+    place is blurred, with room for the blur's reach)."""
+    pad = NEAR_SEARCH + 3 * math.ceil(ALIKE_BLUR)
+    box = (max(0, left - pad), max(0, top - pad), min(screen_l.width, left + t.w + pad),
+           min(screen_l.height, top + t.h + pad))
+    part = np.asarray(_blurred(screen_l.crop(box), ALIKE_BLUR))
+    fine = _refine(part, t, top - box[1], left - box[0], NEAR_SEARCH)
+    return -1.0 if fine is None else fine.score
+
+
 def score_near(screen: Image.Image, anchor: Image.Image, scale: float, left: int,
                top: int) -> float:
     """The anchor's best score at ``scale`` within ``NEAR_SEARCH`` pixels of ``(left,
-    top)`` (its top-left corner): how well it matches one given place, to compare that
-    place with the one it matched (a twin of the row it was cut on)."""
-    t = _Scaled(anchor.convert("L"), scale)
-    fine = _refine(np.asarray(screen.convert("L")), t, top, left, NEAR_SEARCH)
-    return -1.0 if fine is None else fine.score
+    top)`` (its top-left corner), both blurred by ``ALIKE_BLUR``: how well it matches one
+    given place, to compare that place with the one it matched (a twin of the row it was
+    cut on) as :attr:`Match.ambiguous` compares them."""
+    t = _Scaled(anchor.convert("L"), scale, ALIKE_BLUR)
+    return blurred_score(screen.convert("L"), t, left, top)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 EmbedderChoice = Literal["pixel", "clip", "auto"]
 
 ENV: dict[str, str] = {
-    # The origin spec's names (spec 01).
+    # The names kept from the seed specification (RPA_), docs/operations.md, "Settings".
     "enabled": "RPA_LOOP_DETECTOR_ENABLED",
     "screen_static_threshold": "RPA_LOOP_SCREEN_STATIC_THRESHOLD",
     "screen_static_n": "RPA_LOOP_SCREEN_STATIC_N",

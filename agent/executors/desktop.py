@@ -27,7 +27,7 @@ Fail closed: before any input the window in front must be known. With no foregro
 (Windows: the UAC secure desktop, the lock screen; X11: no window manager and no focused
 named window), or one whose title cannot be read, nothing is sent: the step reports
 ``system_dialog:<category>`` with ``needs_human`` and the dispatcher pauses the replay
-(README, "Real screens").
+(docs/screens-and-pauses.md, "The desktop executor").
 """
 
 from __future__ import annotations

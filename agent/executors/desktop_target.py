@@ -10,7 +10,7 @@ then the same rule below:
 - the router answered the composite and the action names no monitor: the composite;
 - the router answered the composite because it could not know this agent's monitors (no
   heartbeat yet, a stale one, the router down) or there is no resolution: the agent applies
-  the router's rule to its own monitors (:func:`messages.monitor.find_recorded`: the
+  the router's rule to its own monitors (:func:`workflow.monitors.find_recorded`: the
   recorded geometry and name, never just the same number) and uses that monitor;
 - the router answered the composite because the recorded monitor is gone
   (``recorded_monitor_unavailable``): the recorded geometry found again on the agent's own,

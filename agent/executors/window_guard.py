@@ -67,8 +67,8 @@ def title_after(outcome: ActionOutcome, action: Action, read_title: Callable[[],
     Only a matching title ends the check early: another title may still give way to the
     expected one, and a title that cannot be read (often, for a moment, right after an
     input) is not a match. Still a success: the input happened and must not be redone; the
-    dispatcher's rules (actors/dispatcher/machine/rules.py: ``report_pause``) pause the replay before the
-    next step."""
+    dispatcher's rules (actors/dispatcher/machine/rules.py: ``report_pause``) pause the
+    replay before the next step."""
     expected = action.expected_window_title
     if not expected or not outcome.success or action.type == "verify_screen":
         return outcome

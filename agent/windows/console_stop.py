@@ -16,8 +16,8 @@ too) gets no log-off and shutdown events here, only a console close: its hidden 
 (agent/windows/session_end.py) stops it at log-off and shutdown. Should it still be ended without
 notice, nothing is lost: every action is marked started in the ledger before any input, so
 the next start reports one that was cut ``indeterminate_after_restart`` and the replay pauses
-for a person (docs/architecture.md, "The life of an action"). Wine never sends a console close: why, and what
-covers it instead, docs/windows-stop.md.
+for a person (docs/architecture.md, "The life of an action"). Wine never sends a console
+close: why, and what covers it instead, docs/windows-stop.md.
 """
 
 from __future__ import annotations

@@ -380,7 +380,8 @@ def test_the_checker_catches_what_it_is_for(tmp_path: Path) -> None:
     for expected, text in cases.items():
         assert any(expected in p for p in _problems_in(doc, 1, text)), (expected, text)
     for fine in ("`agent/protocol/outbox.py`: `backoff`",
-                 "actors.dispatcher.machine.book.ReplayBook", "docs/architecture.md, \"Who decides each rule\"", "`agent.hello`",
+                 "actors.dispatcher.machine.book.ReplayBook",
+                 "docs/architecture.md, \"Who decides each rule\"", "`agent.hello`",
                  "tests/integration/test_wine_*.py", "book.py: `Tx`",
                  "[`book.py`](../actors/dispatcher/machine/book.py): `ReplayBook.owner`"):
         assert list(_problems_in(doc, 1, fine)) == [], fine

@@ -247,7 +247,7 @@ class Host:
                 todo.add(agent)
         pending = self._pending
         for agent in todo:
-            if agent.protocol.serve(now):
+            if agent.serve(now):
                 pending.add(agent)
                 self.watch(agent)
         timers = self._timers

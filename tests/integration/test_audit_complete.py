@@ -94,12 +94,25 @@ def check_trail(system: System, agent: Agent, replay_id: str, wf: Workflow, *,
     return everything
 
 
-def restarts(records: list[dict[str, Any]], name: str) -> tuple[int, int]:
-    """(actor_exited by SIGKILL, actor_restarted) records of the child ``name``."""
+def restarts(records: list[dict[str, Any]], name: str) -> tuple[int, int, int]:
+    """(actor_exited by a SIGKILL not the supervisor's, every actor_exited, actor_restarted)
+    records of the child ``name``."""
     ours = [r for r in records if r["source"] == "supervisor" and r["data"].get("name") == name]
-    killed = sum(1 for r in ours if r["kind"] == "actor_exited"
-                 and r["data"]["signal"] == "SIGKILL" and r["data"]["reason"] == "signal")
-    return killed, sum(1 for r in ours if r["kind"] == "actor_restarted")
+    exits = [r for r in ours if r["kind"] == "actor_exited"]
+    killed = sum(1 for r in exits
+                 if r["data"]["signal"] == "SIGKILL" and r["data"]["reason"] == "signal")
+    return killed, len(exits), sum(1 for r in ours if r["kind"] == "actor_restarted")
+
+
+def wait_replaced(system: System, name: str, killed_pid: int) -> None:
+    """Until the supervisor runs a new ``name``: its exit and restart records are then in
+    its outbox, so a drained outbox means they are in the trail."""
+    def replaced() -> bool:
+        try:
+            return system.child_pid(name) != killed_pid
+        except LookupError:
+            return False
+    wait_until(replaced, timeout=DRAINED_WITHIN_S, interval=0.1)
 
 
 def run_audit_log_kills(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, *,
@@ -112,22 +125,26 @@ def run_audit_log_kills(spawn: Spawn, lea_env: dict[str, str], tmp_path: Path, *
     wf = mixed(steps)
     replay_id = system.start(wf, "m1")
     started = time.monotonic()
-    kills = 0
+    kills, last_killed = 0, 0
     next_kill = time.monotonic() + rng.uniform(*KILL_EVERY_S)
     while (now_status := status(system, replay_id)) != "completed":
         assert system.tree.poll() is None, "the supervisor stopped the tree"
         assert now_status in (None, "running"), now_status  # no pause, no failure
         if time.monotonic() >= next_kill:
-            kill_when_up(system, "audit_log")
+            last_killed = kill_when_up(system, "audit_log")
             kills += 1
             next_kill = time.monotonic() + rng.uniform(*KILL_EVERY_S)
         time.sleep(0.1)
     assert kills >= min_kills, f"the replay ended after {kills} kills: make it longer"
     replay_s = time.monotonic() - started
+    wait_replaced(system, "audit_log", last_killed)
     wait_drained(system)
     records = check_trail(system, agent, replay_id, wf, same_attempts=True)
-    killed, restarted = restarts(records, "audit_log")
-    assert (killed, restarted) == (kills, kills)
+    # Each kill is said once; a start that misses its beacon under load is a further exit
+    # (``hung``), and every exit, ours or not, is followed by a restart.
+    killed, exits, restarted = restarts(records, "audit_log")
+    assert killed == kills
+    assert restarted == exits >= kills
     print(f"{steps} steps in {replay_s:.0f}s, {kills} kills of audit_log, {len(records)} "
           "records in the trail")
 
@@ -168,8 +185,9 @@ def test_kill9_of_the_dispatcher_sends_its_unacknowledged_records_after_its_rest
     store = trail.store_id(data_dir(system), "dispatcher")
     found = trail.rows_of(records, "dispatcher", store)
     assert all(found[row] == 1 for row in pending)
-    killed, restarted = restarts(records, "dispatcher")
-    assert (killed, restarted) == (1, 1)
+    killed, exits, restarted = restarts(records, "dispatcher")
+    assert killed == 1
+    assert restarted == exits >= 1
     print(f"{len(pending)} records unacknowledged at the kill, all in the trail once")
     kinds = [r["kind"] for r in records if r["source"] == "dispatcher"]
     assert kinds.count("dispatcher_recovered") == 2  # its first start, and the restart

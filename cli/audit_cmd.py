@@ -42,6 +42,7 @@ from actors.audit_log.store.audit_store import iter_chain, read_anchor
 from actors.audit_log.store.open import keyring_path, open_reader
 from cli import audit_access
 from cli.audit_timeline import describe_record, record_json
+from cli.brokers import said_passive
 from messages.audit import AuditPage, AuditQuery, AuditRecordOut, PruneScreenshots
 from messages.audit import ScreenshotsPruned as Pruned
 from runtime.settings import Settings
@@ -87,6 +88,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return verify_command(settings, args)
     if args.audit_command == "keys":
         return _keys(settings, args.keys_command)
+    if said_passive(settings):
+        return EXIT_UNREACHABLE
     # The people's door: the server knows this process's OS account (docs/operations.md,
     # "Who may change replays").
     client = SyncClient(settings.control_mdp_endpoint)

@@ -9,6 +9,7 @@ pair"). The exit status says whether exactly one serves.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from runtime.settings import Settings
@@ -33,6 +34,34 @@ def broker_state(endpoint: str, timeout_s: float) -> dict[str, Any]:
     if not isinstance(said, dict):
         return {**row, "state": "bad_answer"}
     return {**row, **said}
+
+
+def passive_here(settings: Settings, timeout_s: float = 1.0) -> str | None:
+    """Why a command given on this server would go unanswered: its broker is the passive one
+    of a pair whose other broker serves (it turns people's requests away; docs/two-servers.md).
+    None when it serves, is unreachable (the command says so itself), or is passive with its
+    peer unheard for an expiry: it may take over and serve the request."""
+    row = broker_state(settings.control_mdp_endpoint, timeout_s)
+    heard = row.get("peer_heard_s_ago")
+    if (row.get("state") != "passive" or row.get("peer_state") != "active"
+            or not isinstance(heard, int | float) or heard >= settings.heartbeat_expiry_s):
+        return None
+    return (f"this server's broker ({row.get('role')}) is passive: the other broker of its "
+            "pair serves, and commands are taken on that server only "
+            "(`python run.py brokers` shows both)")
+
+
+def said_passive(settings: Settings, as_json: bool = False) -> bool:
+    """True, with the reason on stderr (and a JSON error line with ``as_json``), when this
+    server's broker is :func:`passive_here`: the command stops at once instead of waiting
+    out its retries."""
+    why = passive_here(settings)
+    if why is None:
+        return False
+    if as_json:
+        print(json.dumps({"error": "broker_passive", "message": why, "detail": {}}))
+    print(f"error: broker_passive: {why}", file=sys.stderr)
+    return True
 
 
 def serving(rows: list[dict[str, Any]]) -> int:

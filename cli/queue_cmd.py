@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from cli import audit_access
+from cli.brokers import said_passive
 from cli.replay_cmd import EXIT_ERROR
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
@@ -87,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     # The people's door: queue changes are taken there only, under the caller's OS
     # account (docs/operations.md, "Who may change replays").
+    if said_passive(settings, args.json):
+        return EXIT_ERROR
     client = SyncClient(settings.control_mdp_endpoint)
     try:
         return _run(client, args)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TextIO, TypeVar
 
+from cli.brokers import said_passive
 from cli.workflow_cmd import load_workflow
 from messages.base import Message
 from messages.replay import (
@@ -185,6 +186,8 @@ def follow(client: SyncClient, replay_id: str, timeout: float, out: TextIO = sys
 def run(settings: Settings, args: argparse.Namespace) -> int:
     # The people's door: the server learns this process's OS account from the kernel and
     # records it beside --operator (docs/operations.md, "Who may change replays").
+    if said_passive(settings, args.json):
+        return EXIT_ERROR
     client = SyncClient(settings.control_mdp_endpoint)
     try:
         return _run(client, args)

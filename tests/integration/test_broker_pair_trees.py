@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -32,6 +33,13 @@ back-off doubling from 0.1 s to reach its 10 s cap."""
 def _state(endpoint: str) -> str | None:
     said = broker_state(endpoint)
     return None if said is None else str(said["state"])
+
+
+def _command(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``run.py replay status`` of a replay that does not exist, on the server of ``env``."""
+    return subprocess.run(python_argv("run.py", "replay", "status", "no-such-replay",
+                                      "--timeout", "1"),
+                          env=env, capture_output=True, text=True, timeout=60)
 
 
 def _monitors(agents: list[Agent], since: dict[str, int]) -> Counter[str | None]:
@@ -62,6 +70,10 @@ def test_each_trees_broker_killed_once(
         # The backup's actors are turned away while it is passive, heartbeat after heartbeat.
         wait_until(lambda: (broker_state(b) or {}).get("refused", 0) >= PASSIVE_HEARTBEATS,
                    timeout=PASSIVE_HEARTBEATS * heartbeat_s * 4)
+        # A person's command on the passive server is told so at once, not left to wait.
+        on_b, on_a = _command(backup_env), _command({**lea_env, **tree_env})
+        assert on_b.returncode == 1 and "broker_passive" in on_b.stderr, on_b.stderr
+        assert "broker_passive" not in on_a.stderr, on_a.stderr
         agents = [system.agent(f"m{i}", {"default": {"delay_s": 0.05}}) for i in range(AGENTS)]
         for agent in agents:
             wait_ready(system, agent)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from cli.demo import _free_endpoint, stop_all, tree_answers
-from messages.queue import QueueReply, ShowQueue
+from messages.queue import ListQueues, QueueReply, ShowQueue
 from runtime.settings import Settings, settings_env
 from transport.client import CallFailed, SyncClient
 
@@ -55,7 +55,8 @@ def run(settings: Settings) -> int:
     try:
         if not tree_answers(client):
             return 1
-        time.sleep(2)  # the agents say they are there (agent.available)
+        if not _pool_ready(client):
+            return 1
         queue = [sys.executable, "run.py", "--data-dir", str(data_dir), "queue"]
         for args in (["create", "admissions", "--workflow", str(WORKFLOW), "--pool", "demo",
                       "--operator", "demo"],
@@ -70,6 +71,23 @@ def run(settings: Settings) -> int:
     finally:
         client.close()
         stop_all(procs)
+
+
+def _pool_ready(client: SyncClient, within_s: float = 30) -> bool:
+    """Wait until the dispatcher has heard both workstations say they are there
+    (agent.available), so that the queue is shared between them; False if not in time."""
+    deadline = time.monotonic() + within_s
+    while True:
+        reply = client.call("dispatcher", ListQueues()).body
+        assert isinstance(reply, QueueReply)
+        idle = {a["machine_id"] for a in reply.detail.get("agents", []) if a["state"] == "idle"}
+        if idle >= AGENTS.keys():
+            return True
+        if time.monotonic() > deadline:
+            print(f"error: the workstations did not come up in {within_s:g} s",
+                  file=sys.stderr)
+            return False
+        time.sleep(0.1)
 
 
 def _follow(client: SyncClient, queue: list[str], env: dict[str, str]) -> int:

@@ -118,7 +118,7 @@ class ScreenHistory:
         self._seen = 0  # transitions since the last reset
         self._serial = 0
         self._cut = 0  # transitions up to this serial no longer count toward a static run
-        self._novel_all: Mask | None = None  # _novel's answer for the frame being pushed
+        self._nearest: npt.NDArray[np.uint8] | None = None  # for the frame being pushed
 
     @property
     def captures(self) -> int:
@@ -163,7 +163,7 @@ class ScreenHistory:
         if not self.frames:
             self.frames.append(frame)
             return None
-        self._novel_all = None
+        self._nearest = None
         ctx = self._context(frame, trail, acted_in)
         if observation:
             judged = self._judge_wait(ctx)
@@ -236,7 +236,11 @@ class ScreenHistory:
         new = self._novel(away & ~caused, ctx.frame)
         answer = answering(new, action, self.transitions)
         assert self._changes is not None
-        pending = new & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
+        # A first change vouched for by nothing else must be clearly new content; where
+        # the place answered this action before, any content not seen is (a '3' and a
+        # '5' of a small counter differ by less than a change; docs/loop-detection.md).
+        clear = self._novel(new, ctx.frame, self.pixel.level)
+        pending = clear & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
         progress = progress or bool(caused.any()) or bool(answer.any()) or label_changed(
             pending, self.frames[-1], ctx.frame, self._seen >= self.params.steady_min,
             self.pixel)
@@ -319,16 +323,18 @@ class ScreenHistory:
         if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= big:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
 
-    def _novel(self, mask: Mask, frame: Frame) -> Mask:
+    def _novel(self, mask: Mask, frame: Frame, level: int | None = None) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no
         earlier frame of the ring showed either: going back to a state seen is no change.
-        Worked out once per push, on the first call."""
-        if self._novel_all is None:
-            novel = np.ones(mask.shape, dtype=bool)
+        A tile shows a state seen when it differs from an older frame by at most ``level``
+        (default ``seen_level``: the same content, JPEG coding it the same way). The least
+        differences are worked out once per push, on the first call."""
+        if self._nearest is None:
+            nearest = np.full(mask.shape, 255, dtype=np.uint8)
             for older in list(self.frames)[:-1]:
-                novel &= tile_difference(older, frame, self.pixel) > self.pixel.level
-            self._novel_all = novel
-        return mask & self._novel_all
+                np.minimum(nearest, tile_difference(older, frame, self.pixel), out=nearest)
+            self._nearest = nearest
+        return mask & (self._nearest > (self.params.seen_level if level is None else level))
 
     def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
         """Of ``away`` (changed in the window acted in, away from the site, outside the

@@ -176,7 +176,7 @@ class ScreenHistory:
             last = None
         renewed, renewed_away = self._renewal(ctx, acted_in, last, judged.progress)
         if acted_in is not None and not observation:
-            self._renewed_again(ctx.changed, acted_in, self._big(ctx.changed))
+            self._renewed_again(ctx.changed, acted_in, self.params.wait_min)
         self._remember(ctx, judged, renewed, renewed_away, last, action or "wait")
         return self._serial
 
@@ -276,8 +276,10 @@ class ScreenHistory:
         if int(np.count_nonzero(candidates)) < big:
             return False, None
         renewed = int(np.count_nonzero(self._novel(candidates, ctx.frame))) >= big
+        # The window's edge tiles hold the pixels of both sides (another window's log
+        # beside it), as in _noise.
         if renewed and not progress and acted_in is not None and not (
-                candidates & acted_in).any():
+                candidates & ~dilate(~acted_in, 1)).any():
             return True, candidates
         return renewed, None
 
@@ -310,17 +312,18 @@ class ScreenHistory:
             judged.ignored, judged.loose, renewed_away=renewed_away, action=action,
             caused=judged.caused, pending=judged.pending))
 
-    def _renewed_again(self, changed: Mask, acted_in: Mask, big: int) -> None:
+    def _renewed_again(self, changed: Mask, acted_in: Mask, least: int) -> None:
         """The transition before was progress only because another window's content
         renewed (away from the window acted in, where the action could not draw): if that
-        content renews again now, over as many tiles, it was that program moving by itself
-        (``top``), seen for the first time at a replay's first step, not what the action
-        opened (a window opens once). Its progress is taken back."""
+        content changes again now, over ``least`` tiles at least (a log that scrolled a
+        few lines since), it was that program moving by itself (``top``, ``vmstat``),
+        seen for the first time at a replay's first step, not what the action opened (a
+        window opens once, then stays as it is). Its progress is taken back."""
         last = self.transitions[-1] if self.transitions else None
         if (last is None or last.renewed_away is None or not last.progress
                 or last.serial <= self._cut or last.renewed_away.shape != changed.shape):
             return
-        if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= big:
+        if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= least:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
 
     def _novel(self, mask: Mask, frame: Frame, level: int | None = None) -> Mask:

@@ -48,7 +48,7 @@ KNOWN: dict[str, set[str]] = {
     # A capture late: the state a dialog's Escape goes back to came before the first
     # capture; a busy desktop's first changes; a caret's first blink after typing.
     "late": {"busy-hover_toolbar", "eyes_top-fiche_type_erase",
-             "vmstat_log-web_hover_toolbar", "oclock_load-fiche_menu_open_close"}
+             "oclock_load-fiche_menu_open_close"}
     | {f"{noise}-{app}_dialog_reopen" for noise in ("xload", "watch", "clocks")
        for app in ("fiche", "web")},
 }

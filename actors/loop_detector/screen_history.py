@@ -59,6 +59,8 @@ from actors.loop_detector.tile_masks import (
     box_of,
     caret_sized,
     dilate,
+    inner_of,
+    noise_around,
     popcount8,
     zone,
 )
@@ -199,7 +201,7 @@ class ScreenHistory:
         cool = as_tiles(~hot, p.block, changed.shape)
         # Places seen changing by themselves (in a wait, or away from where steps acted).
         ambient = (self._ambient & window) != 0
-        noisy = self._noise(ambient, acted_in)
+        noisy = noise_around(ambient, acted_in, p.ambient_reach, p.block)
         return _Context(frame, changed, window, noisy, hot, cool, ambient)
 
     def _judge_wait(self, ctx: _Context) -> _Judged:
@@ -277,9 +279,9 @@ class ScreenHistory:
             return False, None
         renewed = int(np.count_nonzero(self._novel(candidates, ctx.frame))) >= big
         # The window's edge tiles hold the pixels of both sides (another window's log
-        # beside it), as in _noise.
+        # beside it), as in tile_masks.py noise_around.
         if renewed and not progress and acted_in is not None and not (
-                candidates & ~dilate(~acted_in, 1)).any():
+                candidates & inner_of(acted_in)).any():
             return True, candidates
         return renewed, None
 
@@ -375,22 +377,6 @@ class ScreenHistory:
 
     def _zoned(self, mask: Mask) -> Mask:
         return zone(mask, self.params.block)
-
-    def _noise(self, ambient: Mask, acted_in: Mask | None) -> Mask:
-        """The places seen changing by themselves and the blocks around them: what moves by
-        itself (top's numbers, a second hand, a spinner) keeps moving into tiles next to
-        those seen. Not across the edge of the window acted in: another window's clock
-        cannot draw inside it (a dialog opened over a clock, typed into)."""
-        if not ambient.any():
-            return ambient
-        spread = dilate(ambient, self.params.ambient_reach) | self._zoned(ambient)
-        if acted_in is None or not acted_in.any():
-            return spread
-        inner = ~dilate(~acted_in, 1)  # its edge tiles hold the pixels of both sides
-        own = ambient & inner
-        if not own.any():
-            return spread & ~inner
-        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zoned(own)
 
     def progressed(self, serial: int) -> bool | None:
         """Whether transition ``serial`` was progress; None if it is no longer remembered."""

@@ -64,7 +64,8 @@ from messages.loop import ObserveStep  # noqa: E402
 
 PART_NOTES = {"tuning": "tuned on", "held-out-1": "held out, then seen while tuning",
               "held-out-2": "recorded after the rules were set, then seen while tuning",
-              "held-out-3": "recorded after the last rule was set, never tuned on"}
+              "held-out-3": "recorded after the label rule was set, then seen while tuning",
+              "held-out-4": "recorded after the last rule was set, never tuned on"}
 
 
 class TimedPixel(PixelEmbedder):
@@ -329,8 +330,8 @@ def main() -> int:
     n = LoopConfig().screen_static_n
     real = load()
     floor = jpeg_decode_floor(real)
-    print("real set in four parts (bench/loop_real/dataset.py), by the programs beside the"
-          " one acted in:")
+    print(f"real set in {len(PARTS)} parts (bench/loop_real/dataset.py), by the programs"
+          " beside the one acted in:")
     for part in PARTS:
         noises = sorted({s.noise for s in real if s.part == part})
         print(f"  {part} ({PART_NOTES[part]}): {noises}")

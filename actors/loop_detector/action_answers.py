@@ -27,7 +27,7 @@ import numpy as np
 
 from actors.loop_detector.history_records import Transition
 from actors.loop_detector.pixel import Frame, PixelParams
-from actors.loop_detector.tile_masks import Mask, caret_stroke
+from actors.loop_detector.tile_masks import Mask, caret_stroke, dilate
 
 
 def answering(mask: Mask, action: str, transitions: Iterable[Transition]) -> Mask:
@@ -49,7 +49,9 @@ def answering(mask: Mask, action: str, transitions: Iterable[Transition]) -> Mas
                 attributed |= t.pending & unchanged_since
             ok |= last_change & attributed
         else:
-            unchanged_since |= ~t.changed & ~resolved
+            # The place left as it was: the tile and the tiles around it (a clock's digit
+            # changes its neighbours at the steps it skips, docs/loop-detection.md).
+            unchanged_since |= ~dilate(t.changed, 1) & ~resolved
         resolved |= last_change
     return mask & ok
 

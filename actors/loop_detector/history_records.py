@@ -40,6 +40,9 @@ class HistoryParams:
     moved by at most this many grey levels is the hover highlight following the pointer
     (a control's face tinted), not a mark drawn: below the faintest typed character
     (pixel.py), a tick or a selected row."""
+    seen_level: int = 6
+    """A tile shows a state an older frame of the ring showed when none of its reduced
+    pixels differs from that frame by more than this."""
 
 
 DEFAULT_HISTORY = HistoryParams()

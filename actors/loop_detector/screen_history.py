@@ -59,6 +59,8 @@ from actors.loop_detector.tile_masks import (
     box_of,
     caret_sized,
     dilate,
+    inner_of,
+    noise_around,
     popcount8,
     zone,
 )
@@ -118,7 +120,7 @@ class ScreenHistory:
         self._seen = 0  # transitions since the last reset
         self._serial = 0
         self._cut = 0  # transitions up to this serial no longer count toward a static run
-        self._novel_all: Mask | None = None  # _novel's answer for the frame being pushed
+        self._nearest: npt.NDArray[np.uint8] | None = None  # for the frame being pushed
 
     @property
     def captures(self) -> int:
@@ -163,7 +165,7 @@ class ScreenHistory:
         if not self.frames:
             self.frames.append(frame)
             return None
-        self._novel_all = None
+        self._nearest = None
         ctx = self._context(frame, trail, acted_in)
         if observation:
             judged = self._judge_wait(ctx)
@@ -176,7 +178,7 @@ class ScreenHistory:
             last = None
         renewed, renewed_away = self._renewal(ctx, acted_in, last, judged.progress)
         if acted_in is not None and not observation:
-            self._renewed_again(ctx.changed, acted_in, self._big(ctx.changed))
+            self._renewed_again(ctx.changed, acted_in, self.params.wait_min)
         self._remember(ctx, judged, renewed, renewed_away, last, action or "wait")
         return self._serial
 
@@ -199,7 +201,7 @@ class ScreenHistory:
         cool = as_tiles(~hot, p.block, changed.shape)
         # Places seen changing by themselves (in a wait, or away from where steps acted).
         ambient = (self._ambient & window) != 0
-        noisy = self._noise(ambient, acted_in)
+        noisy = noise_around(ambient, acted_in, p.ambient_reach, p.block)
         return _Context(frame, changed, window, noisy, hot, cool, ambient)
 
     def _judge_wait(self, ctx: _Context) -> _Judged:
@@ -236,7 +238,11 @@ class ScreenHistory:
         new = self._novel(away & ~caused, ctx.frame)
         answer = answering(new, action, self.transitions)
         assert self._changes is not None
-        pending = new & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
+        # A first change vouched for by nothing else must be clearly new content; where
+        # the place answered this action before, any content not seen is (a '3' and a
+        # '5' of a small counter differ by less than a change; docs/loop-detection.md).
+        clear = self._novel(new, ctx.frame, self.pixel.level)
+        pending = clear & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
         progress = progress or bool(caused.any()) or bool(answer.any()) or label_changed(
             pending, self.frames[-1], ctx.frame, self._seen >= self.params.steady_min,
             self.pixel)
@@ -272,8 +278,10 @@ class ScreenHistory:
         if int(np.count_nonzero(candidates)) < big:
             return False, None
         renewed = int(np.count_nonzero(self._novel(candidates, ctx.frame))) >= big
+        # The window's edge tiles hold the pixels of both sides (another window's log
+        # beside it), as in tile_masks.py noise_around.
         if renewed and not progress and acted_in is not None and not (
-                candidates & acted_in).any():
+                candidates & inner_of(acted_in)).any():
             return True, candidates
         return renewed, None
 
@@ -306,29 +314,32 @@ class ScreenHistory:
             judged.ignored, judged.loose, renewed_away=renewed_away, action=action,
             caused=judged.caused, pending=judged.pending))
 
-    def _renewed_again(self, changed: Mask, acted_in: Mask, big: int) -> None:
+    def _renewed_again(self, changed: Mask, acted_in: Mask, least: int) -> None:
         """The transition before was progress only because another window's content
         renewed (away from the window acted in, where the action could not draw): if that
-        content renews again now, over as many tiles, it was that program moving by itself
-        (``top``), seen for the first time at a replay's first step, not what the action
-        opened (a window opens once). Its progress is taken back."""
+        content changes again now, over ``least`` tiles at least (a log that scrolled a
+        few lines since), it was that program moving by itself (``top``, ``vmstat``),
+        seen for the first time at a replay's first step, not what the action opened (a
+        window opens once, then stays as it is). Its progress is taken back."""
         last = self.transitions[-1] if self.transitions else None
         if (last is None or last.renewed_away is None or not last.progress
                 or last.serial <= self._cut or last.renewed_away.shape != changed.shape):
             return
-        if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= big:
+        if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= least:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
 
-    def _novel(self, mask: Mask, frame: Frame) -> Mask:
+    def _novel(self, mask: Mask, frame: Frame, level: int | None = None) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no
         earlier frame of the ring showed either: going back to a state seen is no change.
-        Worked out once per push, on the first call."""
-        if self._novel_all is None:
-            novel = np.ones(mask.shape, dtype=bool)
+        A tile shows a state seen when it differs from an older frame by at most ``level``
+        (default ``seen_level``: the same content, JPEG coding it the same way). The least
+        differences are worked out once per push, on the first call."""
+        if self._nearest is None:
+            nearest = np.full(mask.shape, 255, dtype=np.uint8)
             for older in list(self.frames)[:-1]:
-                novel &= tile_difference(older, frame, self.pixel) > self.pixel.level
-            self._novel_all = novel
-        return mask & self._novel_all
+                np.minimum(nearest, tile_difference(older, frame, self.pixel), out=nearest)
+            self._nearest = nearest
+        return mask & (self._nearest > (self.params.seen_level if level is None else level))
 
     def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
         """Of ``away`` (changed in the window acted in, away from the site, outside the
@@ -366,22 +377,6 @@ class ScreenHistory:
 
     def _zoned(self, mask: Mask) -> Mask:
         return zone(mask, self.params.block)
-
-    def _noise(self, ambient: Mask, acted_in: Mask | None) -> Mask:
-        """The places seen changing by themselves and the blocks around them: what moves by
-        itself (top's numbers, a second hand, a spinner) keeps moving into tiles next to
-        those seen. Not across the edge of the window acted in: another window's clock
-        cannot draw inside it (a dialog opened over a clock, typed into)."""
-        if not ambient.any():
-            return ambient
-        spread = dilate(ambient, self.params.ambient_reach) | self._zoned(ambient)
-        if acted_in is None or not acted_in.any():
-            return spread
-        inner = ~dilate(~acted_in, 1)  # its edge tiles hold the pixels of both sides
-        own = ambient & inner
-        if not own.any():
-            return spread & ~inner
-        return (spread & ~inner) | dilate(own, self.params.ambient_reach) | self._zoned(own)
 
     def progressed(self, serial: int) -> bool | None:
         """Whether transition ``serial`` was progress; None if it is no longer remembered."""

@@ -90,3 +90,26 @@ def caret_stroke(before: Frame, after: Frame, mask: Mask, tile: int, level: int)
     moved &= inside
     return int(np.count_nonzero(moved.any(axis=0))) == 1 and int(
         np.count_nonzero(moved.any(axis=1))) >= 2
+
+
+def inner_of(window: Mask) -> Mask:
+    """A window's tiles but its edge tiles, which hold the pixels of both sides."""
+    return ~dilate(~window, 1)
+
+
+def noise_around(ambient: Mask, acted_in: Mask | None, reach: int, block: int) -> Mask:
+    """The places seen changing by themselves (``ambient``) and the tiles (``reach``) and
+    blocks around them: what moves by itself (top's numbers, a second hand, a spinner)
+    keeps moving into tiles next to those seen. Not across the edge of the window acted
+    in: another window's clock cannot draw inside it (a dialog opened over a clock,
+    typed into; docs/loop-detection.md)."""
+    if not ambient.any():
+        return ambient
+    spread = dilate(ambient, reach) | zone(ambient, block)
+    if acted_in is None or not acted_in.any():
+        return spread
+    inner = inner_of(acted_in)
+    own = ambient & inner
+    if not own.any():
+        return spread & ~inner
+    return (spread & ~inner) | dilate(own, reach) | zone(own, block)

@@ -139,12 +139,13 @@ class SheetDialog:
 
 
 def app_arguments() -> argparse.Namespace:
-    """An application's command line: ``STATE_FILE [--noise ...] [--x X --y Y]``."""
+    """An application's command line: ``STATE_FILE [--noise ...] [--x X --y Y] [--scale S]``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("state_file", type=Path)
     parser.add_argument("--noise", default="")
     parser.add_argument("--x", type=int, default=120)
     parser.add_argument("--y", type=int, default=120)
+    parser.add_argument("--scale", type=float, default=1.0, help="the fonts' size factor")
     return parser.parse_args()
 
 
@@ -158,10 +159,13 @@ def write_state(root: tk.Tk, state_file: Path, state: Callable[[], dict[str, Any
 
 
 def main(app: Callable[[tk.Tk, Path, set[str]], object] = Form) -> None:
-    """Run ``app`` from the command line (``STATE_FILE [--noise ...] [--x X --y Y]``)."""
+    """Run ``app`` from the command line (``STATE_FILE [--noise ...] [--x X --y Y]
+    [--scale S]``)."""
     args = app_arguments()
     root = tk.Tk()
     root.geometry(f"+{args.x}+{args.y}")
+    # Fonts are sized in points: Tk's scaling (pixels per point) makes the whole form larger.
+    root.tk.call("tk", "scaling", float(root.tk.call("tk", "scaling")) * args.scale)
     app(root, args.state_file, {n for n in args.noise.split(",") if n})
     root.mainloop()
 

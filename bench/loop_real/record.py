@@ -15,7 +15,7 @@ state unchanged is stuck; a sequence is *stuck from* the first step after which 
 never changes again, *progress* if it changed at every step.
 
     python bench/loop_real/record.py [--out tests/data/loop_real] [--only NAME]
-    python bench/loop_real/record.py --part tuning|held-out-2|held-out-3  # the sheet's batches
+    python bench/loop_real/record.py --part tuning|held-out-2|held-out-3|held-out-4  # the sheet
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ class Noise:
     in_app: str = ""
     place: tuple[int, int] = FORM
     """The top-left corner of the application acted in (the form, journal or sheet)."""
+    scale: float = 1.0
+    """The sheet's size: its fonts (Tk) or its page (Chromium) scaled by this."""
 
 
 NOISES = [
@@ -248,6 +250,25 @@ FICHE_NOISES = {
                               ["xload", "-update", "1", "-geometry", "400x120+1500+60"]],
               in_app="clock", place=(600, 160)),
     ],
+    # recorded after the rules were set once more: the sheet elsewhere again and larger,
+    # beside a number rewritten in place, a progress bar that fills and starts again, a
+    # text spinner and a scrolling log
+    "held-out-4": [
+        Noise("ticker_bar", [["xterm", "-geometry", "24x2+1640+120", "-e", "sh", "-c",
+                              "while :; do printf '\\r%s' $(date +%s%N); sleep 0.2; done"],
+                             ["xterm", "-geometry", "40x2+1640+1000", "-e", "sh", "-c",
+                              "i=0; while :; do i=$(( (i + 3) % 100 )); printf '\\r%3d%% %s"
+                              "          ' $i $(seq -s '#' 0 $((i / 4)) | tr -d '0-9');"
+                              " sleep 0.25; done"]],
+              in_app="clock", place=(340, 20), scale=1.2),
+        Noise("proclog_spin", [["xterm", "-geometry", "8x2+60+80", "-e", "sh", "-c",
+                                "while :; do for c in / - '\\' '|'; do printf '\\r%s' \"$c\";"
+                                " sleep 0.1; done; done"],
+                               ["xterm", "-geometry", "30x14+1730+560", "-e", "sh", "-c",
+                                "while :; do cat /proc/loadavg /proc/uptime; sleep 0.5;"
+                                " done"]],
+              in_app="spinner", place=(560, 90), scale=1.1),
+    ],
 }
 """The second batch: every patient-sheet scenario, in both applications, beside each noise
 of a part."""
@@ -288,7 +309,8 @@ class App:
         if scenario.app in TK_OR_WEB:
             argv = [sys.executable, str(Path(__file__).with_name(f"{scenario.app}_app.py")),
                     str(self.state_file), "--noise", desk.noise.in_app,
-                    "--x", str(desk.noise.place[0]), "--y", str(desk.noise.place[1])]
+                    "--x", str(desk.noise.place[0]), "--y", str(desk.noise.place[1]),
+                    "--scale", str(desk.noise.scale)]
         else:
             shell = ("stty -echo; cat > /dev/null" if scenario.app == "xterm_noecho"
                      else "cat > /dev/null")
@@ -302,10 +324,20 @@ class App:
         time.sleep(1.0)
         if scenario.focus_first is not None:
             xdo(desk.x.display, "mousemove", *map(str, scenario.focus_first), "click", "1")
-        else:
+        elif desk.noise.scale == 1.0:
             # Inside the application (the page learns where it is from the pointer).
             x, y = desk.noise.place
             xdo(desk.x.display, "mousemove", str(x + 280), str(y + 180), "click", "1")
+        else:
+            # A larger sheet has a button under that point: its title bar takes the click
+            # (Chromium places its window in scaled pixels), then the pointer goes over
+            # the page, on the empty right of the view's label.
+            x, y = desk.noise.place
+            if scenario.app == "web":
+                x, y = round(x * desk.noise.scale), round(y * desk.noise.scale)
+            xdo(desk.x.display, "mousemove", str(x + 500), str(y + 10), "click", "1")
+            time.sleep(0.2)
+            xdo(desk.x.display, "mousemove", str(x + 500), str(y + 140))
         time.sleep(0.4)
 
     def state(self) -> Any:

@@ -10,6 +10,7 @@ viewport is on screen from the pointer (a mouse event's ``screenX - clientX``): 
 recorder moves the pointer over the window before it names a control.
 
     python bench/loop_real/web_app.py STATE_FILE [--noise clock,spinner] [--x X --y Y]
+        [--scale S]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from bench.loop_real.form_app import app_arguments  # noqa: E402
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--disable-features=Translate",
-        "--password-store=basic", "--force-device-scale-factor=1"]
+        "--password-store=basic"]
 SIZE = (1000, 880)
 
 PAGE = """<!doctype html><html lang="fr"><head><meta charset="utf-8"><title>Fiche de soins
@@ -102,8 +103,10 @@ window.state = () => {
   const widgets = {};
   if (offset) for (const e of document.querySelectorAll('[data-w]')) {
     const r = e.getBoundingClientRect();
-    if (r.width > 0) widgets[e.dataset.w] = [Math.round(r.left + r.width / 2 + offset[0]),
-                                             Math.round(r.top + r.height / 2 + offset[1])];
+    // CSS pixels to the screen's (--force-device-scale-factor).
+    const k = devicePixelRatio;
+    if (r.width > 0) widgets[e.dataset.w] = [Math.round((r.left + r.width / 2 + offset[0]) * k),
+                                             Math.round((r.top + r.height / 2 + offset[1]) * k)];
   }
   return {rows: [...$('rows').children].map(li => li.textContent), note: $('note').value,
           status: $('status').textContent, view, menu: $('menu').classList.contains('open'),
@@ -127,7 +130,8 @@ def main() -> None:
     page_file.write_text(PAGE)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=False,
-                                     args=[*ARGS, f"--window-size={SIZE[0]},{SIZE[1]}",
+                                     args=[*ARGS, f"--force-device-scale-factor={args.scale}",
+                                           f"--window-size={SIZE[0]},{SIZE[1]}",
                                            f"--window-position={args.x},{args.y}"])
         context = browser.new_context(no_viewport=True, locale="fr-FR")
         tab = context.new_page()

@@ -162,6 +162,19 @@ def test_outbox_rows_are_returned_pending_then_forgotten(reopen: Reopen) -> None
     assert min(i for i, _ in again) > max(i for i, _ in rows)
 
 
+def test_acked_outbox_rows_go_with_the_next_turn(reopen: Reopen) -> None:
+    """``sent``: the rows the audit trail acknowledged are deleted in the next decision's
+    transaction, all of them, and only them."""
+    h = H()
+    store = reopen()
+    rid, d = h.start(wf("s1", "s2"))
+    rows = store.commit_decision(d)
+    acked = [i for i, _ in rows[:-1]]
+    report = store.commit_decision(h.report(rid), sent=acked)
+    assert store.pending_outbox() == [rows[-1], *report]
+    store.close()
+
+
 def test_reports_log_records_every_report_with_its_status(reopen: Reopen) -> None:
     h = H()
     store = reopen()

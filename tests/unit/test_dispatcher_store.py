@@ -167,8 +167,9 @@ def test_acked_outbox_rows_go_with_the_next_turn(reopen: Reopen) -> None:
     transaction, all of them, and only them."""
     h = H()
     store = reopen()
-    rid, d = h.start(wf("s1", "s2"))
-    rows = store.commit_decision(d)
+    rid, d = h.start(wf("s1", "s2", "s3"))
+    rows = store.commit_decision(d) + store.commit_decision(h.report(rid))
+    assert len(rows) > 2
     acked = [i for i, _ in rows[:-1]]
     report = store.commit_decision(h.report(rid), sent=acked)
     assert store.pending_outbox() == [rows[-1], *report]

@@ -352,7 +352,9 @@ class DispatcherStore:
 
     def _write_report(self, db: StoreDb, rec: RecordReport) -> None:
         # Screenshots go to the audit trail (content-addressed); the log keeps their hashes.
-        body = rec.report.model_dump(mode="python", exclude=set(_SCREENSHOTS))
+        body = (rec.report.model_dump(mode="python", exclude=set(_SCREENSHOTS))
+                if rec.dumped is None
+                else {k: v for k, v in rec.dumped.items() if k not in _SCREENSHOTS})
         for name in _SCREENSHOTS:
             shot = getattr(rec.report, name)
             if shot is not None:

@@ -183,7 +183,7 @@ def test_the_audit_senders_view_is_the_databases(reopen: Reopen, fresh_rows: int
     (``upto`` the durable id): the same rows, in the same order, as the database holds,
     acknowledged rows gone; beyond ``FRESH_ROWS`` kept, read from the database until the
     sender has caught up."""
-    monkeypatch.setattr("actors.dispatcher.store.dispatcher_store.FRESH_ROWS", fresh_rows)
+    monkeypatch.setattr("actors.dispatcher.store.fresh_rows.FRESH_ROWS", fresh_rows)
     h = H()
     store = reopen()
     disk = reopen()  # reads from the database: it commits nothing, so has nothing in memory

@@ -53,6 +53,7 @@ from actors.dispatcher.machine.state import (
 )
 from actors.dispatcher.store import queue_rows as queue_store
 from actors.dispatcher.store.db import StoreDb
+from actors.dispatcher.store.fresh_rows import FreshRows
 from actors.dispatcher.store.sqlite import SqliteDb
 from actors.dispatcher.store.wal_syncer import SYNC_INTERVAL_S
 from messages.workflow import Workflow
@@ -82,8 +83,6 @@ def _unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False)
 
 
-FRESH_ROWS = 10_000
-"""Committed outbox rows kept in memory for the audit sender at most (pending_outbox)."""
 _ROWS_A_STATEMENT = 400
 """Outbox rows inserted or deleted by one statement at most (two parameters a row: within
 SQLite's oldest limit of 999 parameters a statement)."""
@@ -115,11 +114,7 @@ class DispatcherStore:
             "SELECT value FROM meta WHERE key = 'store_id'").fetchone()
         self.durable_outbox_id = self._max_outbox_id()
         """Outbox rows up to this id are on disk: the audit sender sends no other."""
-        # The rows this process committed, kept as written until the audit sender read them
-        # (pending_outbox): not read back and decoded from the database. Rows up to
-        # ``_fresh_from`` (a predecessor's, or beyond FRESH_ROWS) are read from it.
-        self._fresh: dict[int, Effect] = {}
-        self._fresh_from = self.durable_outbox_id
+        self._fresh = FreshRows(self.durable_outbox_id)  # what pending_outbox needs not read
         self._staged_sent: list[int] = []  # rows the open turn deletes (``sent``)
         self.staged = 0  # decisions in the open transaction (0: none open)
         self._staged_known: set[str] = set()
@@ -263,14 +258,8 @@ class DispatcherStore:
         self._staged_known.clear()
         self._staged_resolved.clear()
         self.staged = 0
-        for done in self._staged_sent:
-            self._fresh.pop(done, None)
+        self._fresh.committed(written, self._staged_sent)
         self._staged_sent.clear()
-        if len(self._fresh) + len(written) <= FRESH_ROWS:
-            self._fresh.update(written)
-        else:  # audit_log does not take them (down?): the database holds them
-            self._fresh.clear()
-            self._fresh_from = max([self.durable_outbox_id, *(i for i, _ in written)])
         # The ids come from a sequence: the turn's are above every earlier one.
         self.durable_outbox_id = max([self.durable_outbox_id, *(i for i, _ in written)])
         return written
@@ -390,12 +379,10 @@ class DispatcherStore:
                        upto: int | None = None) -> list[tuple[int, Effect]]:
         """Effects committed but not yet marked sent, oldest first (ids above ``after``, up
         to ``upto``)."""
-        if upto is not None and upto <= self.durable_outbox_id and after >= self._fresh_from:
-            # The audit sender's question: every committed row above ``after`` is in memory.
-            for done in [i for i in self._fresh if i <= after]:
-                del self._fresh[done]  # read already: the sender keeps what it must resend
-            return sorted(((i, e) for i, e in self._fresh.items() if i <= upto),
-                          key=lambda row: row[0])[:limit]
+        fresh = (self._fresh.read(after, upto, limit)
+                 if upto is not None and upto <= self.durable_outbox_id else None)
+        if fresh is not None:  # the audit sender's question, every row in memory
+            return fresh
         rows = self._db.execute(
             "SELECT id, body FROM outbox WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
             (after, (1 << 62) if upto is None else upto,

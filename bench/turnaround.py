@@ -11,12 +11,19 @@ input action from the dispatcher before running it, and is told "not yet" while 
 verdict on the step before is pending). The floor is the broker round trip client → broker
 → echo worker → broker → client, with a dispatch-sized body, measured in blocks interleaved
 with the replays. Target: overhead p50 <= 5x the broker round trip p50.
+
+A second floor, the disk's: each step waits for one fsync of the dispatcher's database (its
+turn's commit, docs/durability.md), so blocks of fsyncs of a 4 KiB append to a file beside that
+database are measured in the same rounds (:func:`disk_flushes`), and the overhead is also given
+over the sum of both floors: on a disk whose flush alone is several round trips, that sum is
+what a step cannot go below without giving up the durability rule.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -43,6 +50,27 @@ from messages.replay import GetReplayStatus, ReplayStarted, ReplayStatusReply, S
 from messages.workflow import INPUT_TYPES
 
 TARGET_RATIO = 5.0
+FLUSHES = 50
+"""fsyncs per block of the disk floor (a block per round)."""
+
+
+def disk_flushes(directory: Path, count: int = FLUSHES) -> list[float]:
+    """Seconds of ``count`` fsyncs, each of a 4 KiB append to a file in ``directory`` (the
+    dispatcher's data directory: the same disk as its database)."""
+    path = directory / "bench-flush.bin"
+    block = os.urandom(4096)
+    times: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for _ in range(count):
+            os.write(fd, block)
+            started = time.perf_counter()
+            os.fsync(fd)
+            times.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return times
 
 
 def run_replay(t: Tree, host: Host, agent: BenchAgent, steps: int, action: str,
@@ -102,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     body = dispatch_sized_body()
     rtts: list[float] = []
+    flushes: list[float] = []
     ratios: list[float] = []  # per round: its replay's p50 over its own block's p50
     with tree(keep=args.keep) as t:
         t.echo_worker()
@@ -109,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         with one_agent(t, "bench-turnaround", args.action) as (host, agent):
             for _ in range(args.rounds):
                 block = broker_round_trips(t.endpoint, args.round_trips, body)
+                flushes += disk_flushes(t.tmp / "var")
                 before = len(agent.overheads)
                 run_replay(t, host, agent, args.steps, args.action, 120, meter)
                 rtts += block
@@ -119,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
           f"'{args.action}' steps, full tree (broker + 6 actors), {time.monotonic() - started:.1f}"
           " s in all")
     print(row("broker round trip (echo worker)", rtts))
+    print(row("disk flush (fsync, 4 KiB append)", flushes))
     # The end of the overhead: when the next action may start (module docstring).
     end = "grant" if args.action in INPUT_TYPES else "next"
     print(row(f"per-step overhead (report -> {end})", overheads))
@@ -126,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
           f" {verdict(ratio <= TARGET_RATIO)}); p99 ratio "
           f"{pct(overheads, 99) / pct(rtts, 99):.1f}x; per round: median "
           f"{statistics.median(ratios):.1f}x, {min(ratios):.1f}x to {max(ratios):.1f}x")
+    floors = pct(rtts, 50) + pct(flushes, 50)
+    print(f"  ratio p50 overhead / (p50 round trip + p50 disk flush): "
+          f"{pct(overheads, 50) / floors:.1f}x")
     print(f"  CPU per step in the tree: {meter.per_step(args.rounds * args.steps)}")
     if args.action in INPUT_TYPES:
         print(f"  claims answered 'not yet' (a loop verdict pending), asked again: "

@@ -162,6 +162,49 @@ def test_outbox_rows_are_returned_pending_then_forgotten(reopen: Reopen) -> None
     assert min(i for i, _ in again) > max(i for i, _ in rows)
 
 
+def test_acked_outbox_rows_go_with_the_next_turn(reopen: Reopen) -> None:
+    """``sent``: the rows the audit trail acknowledged are deleted in the next decision's
+    transaction, all of them, and only them."""
+    h = H()
+    store = reopen()
+    rid, d = h.start(wf("s1", "s2", "s3"))
+    rows = store.commit_decision(d) + store.commit_decision(h.report(rid))
+    assert len(rows) > 2
+    acked = [i for i, _ in rows[:-1]]
+    report = store.commit_decision(h.report(rid), sent=acked)
+    assert store.pending_outbox() == [rows[-1], *report]
+    store.close()
+
+
+@pytest.mark.parametrize("fresh_rows", [10_000, 3])
+def test_the_audit_senders_view_is_the_databases(reopen: Reopen, fresh_rows: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows committed by this process are given to the audit sender from memory
+    (``upto`` the durable id): the same rows, in the same order, as the database holds,
+    acknowledged rows gone; beyond ``FRESH_ROWS`` kept, read from the database until the
+    sender has caught up."""
+    monkeypatch.setattr("actors.dispatcher.store.fresh_rows.FRESH_ROWS", fresh_rows)
+    h = H()
+    store = reopen()
+    disk = reopen()  # reads from the database: it commits nothing, so has nothing in memory
+    rid, d = h.start(wf(*(f"s{i}" for i in range(12))))
+    rows = store.commit_decision(d)
+    cursor = rows[0][0] - 1  # the sender's: every row up to it is acknowledged
+    seen = 0
+    for n in range(10):
+        acked = [i for i, _ in rows if i <= cursor]
+        rows = [r for r in rows if r[0] > cursor]
+        rows += store.commit_decision(h.report(rid), sent=acked)
+        upto = store.durable_outbox_id
+        batch = store.pending_outbox(n % 3 + 1, cursor, upto)
+        assert batch == disk.pending_outbox(n % 3 + 1, cursor, upto), n
+        assert batch == rows[:n % 3 + 1]
+        cursor, seen = (batch[-1][0] if batch else cursor), seen + len(batch)
+    assert seen >= 10
+    disk.close()
+    store.close()
+
+
 def test_reports_log_records_every_report_with_its_status(reopen: Reopen) -> None:
     h = H()
     store = reopen()

@@ -60,9 +60,9 @@ def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
         status = "duplicate" if done.outcome == "acked" else "stale"
     else:
         status = "unknown"  # cancelled replay's action (case m), precheck ids (case q)
-    tx.effects.append(RecordReport(msg, status, sender_machine, tx.now))
-    tx.audit("report_received", status=status, sender_machine=sender_machine,
-             report=msg.model_dump(mode="python"))
+    dumped = msg.model_dump(mode="python")  # once: for the trail and the reports log
+    tx.effects.append(RecordReport(msg, status, sender_machine, tx.now, dumped))
+    tx.audit("report_received", status=status, sender_machine=sender_machine, report=dumped)
     if r is not None and entry is not None and status == "accepted":
         _routed(tx, r, msg)
         apply_report(tx, r, entry, _judged_read(tx, r, entry, msg, read))

@@ -86,6 +86,9 @@ class RecordReport:
     status: str  # accepted | duplicate | stale | unknown | refused
     sender_machine: str
     at: float
+    dumped: dict[str, Any] | None = None
+    """``report.model_dump(mode="python")``, when the decision made it already (its audit
+    record holds it): the store does not make it again. Read only."""
 
 
 Effect = (SendToAgent | TrackInFlight | UntrackInFlight | PublishEvent | AuditRecord

@@ -82,7 +82,9 @@ class SqliteDb:
         return self.db.execute(sql, args)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        self.db.executemany(sql, rows)
+        rows = list(rows)
+        if rows:  # no rows: not even the statement's preparation (most turns write no queue)
+            self.db.executemany(sql, rows)
 
     def begin(self) -> None:
         sqlite_store.begin(self.db)

@@ -87,6 +87,35 @@ def test_two_links_are_cut_at_the_gap_between_their_underlines() -> None:
     assert len(phrases(split_at_underlines(shot, words))) == 1
 
 
+def _skipped_ink(draw: ImageDraw.ImageDraw, left: int, right: int, descenders: list[int]) -> None:
+    """An underline at row 34 from ``left`` to ``right``, broken as Chromium breaks it
+    around each descender: the descender crosses the line at ``x``, its foot under it,
+    and the line stops three pixels on each side."""
+    x0 = left
+    for x in descenders:
+        draw.line((x0, 34, x - 4, 34), fill="black")
+        draw.rectangle((x, 28, x + 1, 37), fill="black")
+        x0 = x + 5
+    draw.line((x0, 34, right, 34), fill="black")
+
+
+def test_an_underline_broken_by_descenders_still_parts_two_links() -> None:
+    """"Page précédente Page suivante" at 100 %: each "Page"'s underline is broken around
+    its "g"; before, neither was an underline and the four words stayed one phrase."""
+    shot = Image.new("RGB", (300, 60), "white")
+    draw = ImageDraw.Draw(shot)
+    for left in (20, 90):
+        draw.text((left, 20), "Page", fill="black")
+    _skipped_ink(draw, 20, 80, [40])
+    _skipped_ink(draw, 90, 140, [110])
+    words = [Word("Page", 0.9, (20, 22, 60, 10), 0), Word("suivante", 0.9, (90, 22, 50, 10), 0)]
+    assert len(phrases(split_at_underlines(shot, words))) == 2
+    # One link, its underline broken by a descender at the space between its words: one.
+    one = Image.new("RGB", (300, 60), "white")
+    _skipped_ink(ImageDraw.Draw(one), 20, 140, [40, 84])
+    assert len(phrases(split_at_underlines(one, words))) == 1
+
+
 def _c(top: int, left: int = 100) -> Candidate:
     return Candidate("Modifier", 1.0, 0.9, (left, top, 60, 14))
 

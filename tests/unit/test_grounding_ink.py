@@ -128,12 +128,21 @@ def test_under_a_heading_the_nearest_copy_if_nearer_than_the_pitch() -> None:
     assert under_heading(heading, copies[1:]) is None
     # Another column's copy is no copy of this block.
     assert under_heading(heading, [_c(160, left=900), _c(270, left=900)]) is None
+    # The second link of a row that starts under the heading is in its column.
+    links = [_c(160, left=170), _c(270, left=170)]
+    row = [Word("Répondre", 0.9, (100, 160, 60, 14), 0),
+           Word("Modifier", 0.9, (170, 160, 60, 14), 0)]
+    assert under_heading(heading, links) is None
+    assert under_heading(heading, links, row) is links[0]
 
 
-def test_a_messages_reply_link_is_chosen_by_its_author(read: Any) -> None:
+@pytest.mark.parametrize("label", ["Répondre", "Archiver"])
+def test_a_messages_link_is_chosen_by_its_author(read: Any, label: str) -> None:
+    """"Archiver" starts under the author's name only with its row ("Répondre Archiver"):
+    before, it was in no column of the heading (``target_not_found``)."""
     name = "tuning-inbox-alone-100-recorded.png"
-    for c in [c for c in _screen(name)["controls"] if c["text"] == "Répondre"][:2]:
-        found = resolve_point(TargetSpec(by_text="Répondre", near_text=c["row"]),
+    for c in [c for c in _screen(name)["controls"] if c["text"] == label][:2]:
+        found = resolve_point(TargetSpec(by_text=label, near_text=c["row"]),
                               Image.open(DATA / name).convert("RGB"), (0, 0),
                               (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
         assert found.found and _inside(c["box"], found.x, found.y), found

@@ -54,8 +54,10 @@ ITEM_GAP = 0.85
 set (0.89-1.2 for GTK's), a space inside a label at most 0.78 (:func:`item_by_place`)."""
 WRAPPED_LABEL = 3
 """A label of this many words or more is also matched on lines stacked (:func:`stacks`)."""
-WRAP_GAP = 0.8
-"""Two lines of one wrapped label are at most this many text heights apart."""
+WRAP_GAP = 1.2
+"""Two lines of one wrapped label are at most this many text heights apart (the taller
+line's: a line misread is boxed short, "Valider et" 11 px high over a 16 px line, 17 px
+above it, on a narrow button at 150 %)."""
 LONG_LABEL = 4
 SENTENCE_GAP = 4.0
 """A label of ``LONG_LABEL`` words or more is also matched across gaps of up to this many

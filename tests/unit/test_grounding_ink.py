@@ -174,8 +174,11 @@ def test_an_anchor_among_many_rows_alike_never_clicks_another_row(read: Any) -> 
         assert not found.found or _inside(c["box"], found.x, found.y), (c, found)
 
 
-def test_a_label_wrapped_on_three_lines_is_found(read: Any) -> None:
-    name = "tuning-form-alone-100-moved.png"
+@pytest.mark.parametrize("name", ["tuning-form-alone-100-moved.png",
+                                  "tuning-form-alone-150-recorded.png"])
+def test_a_label_wrapped_on_three_lines_is_found(read: Any, name: str) -> None:
+    """At 150 % the first line read short ("\\/alinlar at", 11 px high) stood farther
+    under the next than 0.8 of its height: the stack had two lines of three."""
     label = "Valider et envoyer au secrétariat"
     (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
     found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),

@@ -79,3 +79,15 @@ def test_the_menus_patients_is_clicked_not_the_column_heading(read: Any) -> None
                           (1.0,), 0.85, TextSettings(read))
     x, y, w, h = menu["box"]
     assert found.found and x <= (found.x or 0) < x + w and y <= (found.y or 0) < y + h, found
+
+
+def test_a_tabs_title_is_not_clicked_while_the_menu_stands_unread(read: Any) -> None:
+    """In a browser window the tab's title reads "Patients" exactly, the heading "Patient"
+    is set aside, the menu's "Patients" (light on dark) is not read on the whole monitor:
+    the rest is read (bands, ink) before a click, and the two copies are no click. Before,
+    the tab's title was clicked."""
+    name = "tuning-patients-window-100-recorded.png"
+    image = Image.open(DATA / name).convert("RGB")
+    found = resolve_point(TargetSpec(by_text="Patients"), image, (0, 0), (0, 0, *SCREEN),
+                          (1.0,), 0.85, TextSettings(read))
+    assert not found.found and found.error == "ambiguous_target", found

@@ -53,6 +53,7 @@ from agent.grounding.text import (
     Word,
     candidates,
     decide,
+    other_word,
     read_closer,
     seen,
     with_closer_reading,
@@ -122,8 +123,13 @@ class _Search:
                                self.recorded, anchor)
 
     def unsettled(self) -> bool:
-        """Not found, or found imperfectly: more of the monitor is worth reading."""
-        return self.decision.error == "target_not_found" or _imperfect(self.decision)
+        """Not found, or found imperfectly, or beside another word set aside: more of the
+        monitor is worth reading (a copy of the label may stand unread, light on a dark
+        menu, while a tab's title reads it; docs/grounding.md, rule 4)."""
+        chosen = self.decision.chosen
+        return self.decision.error == "target_not_found" or _imperfect(self.decision) \
+            or (chosen is not None and any(other_word(chosen, c) and c.score >= chosen.score
+                                           - self.text.margin for c in self.found))
 
 
 def by_text(spec: TargetSpec, label: str, image: Image.Image, origin: tuple[int, int],

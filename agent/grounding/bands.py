@@ -19,6 +19,9 @@ MIN_WIDTH = 200
 BAND_HEIGHT = (12, 80)
 """A band's height in pixels: lower is a rule or an underline, higher is a picture or a
 coloured window, no banner."""
+LETTER_SHARE = 0.25
+"""Rows between two runs of coloured rows, each still coloured over this share of
+``MIN_WIDTH``, join them: the band's own letters cross them (:func:`coloured_bands`)."""
 MAX_BANDS = 3
 """At most this many bands are read (the widest): each costs a reading of its crop."""
 PAD = 6
@@ -29,7 +32,15 @@ def coloured_bands(image: Image.Image, cap: int = MAX_BANDS) -> list[Box]:
     """The widest ``cap`` bands of coloured rows of ``image``, each as the box around its
     coloured pixels with ``PAD`` around it, in ``image``'s pixels; top to bottom."""
     coloured = np.asarray(image.convert("HSV").getchannel("S")) >= MIN_SATURATION
-    full = coloured.sum(axis=1) >= MIN_WIDTH
+    counts = coloured.sum(axis=1)
+    full = counts >= MIN_WIDTH
+    # The rows of a band's light letters leave less of it coloured: a white-on-blue
+    # button at 150 % was two bands, each holding half of its letters. A run of rows at
+    # least ``LETTER_SHARE`` coloured between two full runs is the same band.
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
+    for end, start in zip(edges[1:-1:2], edges[2::2], strict=True):
+        if start - end <= BAND_HEIGHT[1] and (counts[end:start] >= LETTER_SHARE * MIN_WIDTH).all():
+            full[end:start] = True
     # Runs of full rows: where a row starts or ends one.
     edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
     found: list[Box] = []

@@ -161,30 +161,73 @@ def stretched(part: Image.Image) -> Image.Image:
 
 
 UNDERLINE_COVER = 0.95
-"""A row under a word is its underline when it differs from the word's ground under this
-share of the word's width, and the rows two pixels above and below it under
-``UNDERLINE_ALONE`` of it: a thin full line, not the letters' middle."""
+"""A row under a word is its underline when it differs from the word's ground over this
+share of the word's width (the gaps a descender leaves in it closed, :func:`_closed`),
+and the rows just above and below its line (one or two rows thick) under
+``UNDERLINE_ALONE`` of it: a thin full line, not the letters' middle nor their foot."""
 UNDERLINE_ALONE = 0.6
 UNDER_BOX = 4
 """Pixels under a word's box where its underline may still be (a descender may cross the
 underline, so the lower half of the box is looked at too)."""
+UNDERLINE_ROWS = 2
+"""An underline is at most this many rows thick (two at 150 %)."""
+BOX_SLACK = 0.25
+"""A word's box may run past its ink by this share of its height at each end (seen: a
+"Page" boxed three pixels left of its "P"): the underline is looked for inside it."""
+
+
+def _line(marks: npt.NDArray[np.bool_], row: int, widest: int) -> npt.NDArray[np.bool_]:
+    """Row ``row`` of ``marks``, its gaps beside a descender closed. Chromium skips an
+    underline's ink around a descender ("g", "p"), so the underline under "Page" is
+    broken; a gap is closed only if at most ``widest`` wide and, within two pixels of it,
+    the rows under the line hold ink (the descender's foot): the gaps between letters at
+    their foot have nothing under them."""
+    line: npt.NDArray[np.bool_] = marks[row].copy()
+    below: npt.NDArray[np.bool_] = np.any(marks[row + 1:row + 3], axis=0)
+    for a, b in _spans(~line, 0):
+        if a > 0 and b < len(line) and b - a <= widest and below[max(0, a - 2):b + 2].any():
+            line[a:b] = True
+    return line
 
 
 def _underline(grey: npt.NDArray[np.int16], word: Word) -> int | None:
     """The row of ``word``'s underline, or None."""
     h, w = grey.shape
     left, top, ww, wh = word.box
-    left, right = max(0, left), min(w, left + ww)
+    inset = min(round(BOX_SLACK * wh), ww // 8)
+    left, right = max(0, left + inset), min(w, left + ww - inset)
     if right - left < 4 or top + wh + UNDER_BOX + 3 > h:
         return None
     area = grey[max(0, top):top + wh + UNDER_BOX + 3, left:right]
     ground = np.median(area)
-    full = (np.abs(area - ground) >= INK_CONTRAST // 2).mean(axis=1)
+    marks = np.abs(area - ground) >= INK_CONTRAST // 2
+    full = marks.mean(axis=1)
     for i in range(len(full) - 3, max(2, wh // 2), -1):
-        if full[i] >= UNDERLINE_COVER and full[i - 2] < UNDERLINE_ALONE \
-                and full[i + 2] < UNDERLINE_ALONE:
+        if full[i + 1] >= UNDERLINE_ALONE or full[i + 2] >= UNDERLINE_ALONE:
+            continue
+        first = i  # the line's top row: one or two rows thick
+        while first > i - UNDERLINE_ROWS + 1 and full[first - 1] >= UNDERLINE_ALONE:
+            first -= 1
+        if full[first - 1] < UNDERLINE_ALONE \
+                and _line(marks, i, max(2, wh // 3)).mean() >= UNDERLINE_COVER:
             return max(0, top) + i
     return None
+
+
+def _parted(grey: npt.NDArray[np.int16], row: int, left: int, right: int,
+            height: int) -> bool:
+    """Whether the underline at ``row`` has a gap between ``left`` and ``right`` (two
+    words): a pixel of the ground left once the gaps a descender leaves are closed (the
+    descender may stand just outside, so a few pixels around are looked at too)."""
+    pad = 3
+    x0, x1 = max(0, left - pad), min(grey.shape[1], right + pad)
+    around = grey[max(0, row - pad):row + pad, x0:x1]
+    top = row - max(0, row - pad)
+    if around.shape[0] < top + 3:  # the screen's foot: no row under the line to look at
+        return False
+    marks = np.abs(around - np.median(around[0])) >= INK_CONTRAST // 2
+    line = _line(marks, top, max(2, height // 3))
+    return not bool(line[left - x0:right - x0].all())
 
 
 def split_at_underlines(image: Image.Image, words: Sequence[Word]) -> list[Word]:
@@ -208,9 +251,8 @@ def split_at_underlines(image: Image.Image, words: Sequence[Word]) -> list[Word]
             before, after = (rows[i - 1], rows[i]) if i else (None, None)
             if before is not None and after is not None and before == after:
                 left = line[i - 1].box[0] + line[i - 1].box[2]
-                gap = grey[before, left:word.box[0]]
-                ground = np.median(grey[before - 2, left:word.box[0]]) if gap.size else 0
-                if gap.size and (np.abs(gap - ground) < INK_CONTRAST // 2).any():
+                if word.box[0] > left and _parted(grey, before, left, word.box[0],
+                                                  word.box[3]):
                     current, next_line = next_line, next_line + 1
             out.append(replace(word, line=current))
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.grounding.text import Candidate, Decision, Word, runs, seen
+from agent.grounding.text import Candidate, Decision, Word, contains, rows, runs, seen
 
 ROW_BAND = 0.5
 """Two places are on one row when their middles are within this share of the taller's
@@ -26,16 +26,22 @@ BLOCK_SHARE = 0.8
 this share of the distance to the nearest other copy (the blocks' pitch): were the own
 block's copy misread, the next block's would be a pitch or more away, and not taken."""
 COLUMN_SLACK = 3.0
-"""A control under a heading starts within this many text heights of its left edge."""
+"""A control under a heading, or the row of controls it stands in (a message's "Répondre
+Archiver"), starts within this many text heights of the heading's left edge."""
 LONE_BLOCK = 6.0
 """With no other copy to give the pitch, the control is at most this many of its text
 heights under the heading."""
 
 
-def under_heading(mark: Candidate, close: Sequence[Candidate]) -> Candidate | None:
-    """The copy of the label in the block ``mark`` heads, or None (BLOCK_SHARE)."""
+def under_heading(mark: Candidate, close: Sequence[Candidate],
+                  words: Sequence[Word] = ()) -> Candidate | None:
+    """The copy of the label in the block ``mark`` heads, or None (BLOCK_SHARE). A copy
+    is in the heading's column when it, or the row of ``words`` it stands in, starts
+    under the heading's left edge (``COLUMN_SLACK``)."""
     h = max(c.box[3] for c in close)
-    column = [c for c in close if abs(c.box[0] - mark.box[0]) <= COLUMN_SLACK * h]
+    lines = rows(words)
+    column = [c for c in close if any(abs(left - mark.box[0]) <= COLUMN_SLACK * h
+                                      for left in (c.box[0], _row_start(c, lines)))]
     below = sorted((c for c in column if c.box[1] > mark.box[1] + mark.box[3]),
                    key=lambda c: c.box[1])
     if not below:
@@ -47,6 +53,12 @@ def under_heading(mark: Candidate, close: Sequence[Candidate]) -> Candidate | No
     if pitch <= 0:
         return c if reach <= LONE_BLOCK * h else None
     return c if reach < BLOCK_SHARE * pitch else None
+
+
+def _row_start(c: Candidate, lines: Sequence[Sequence[Word]]) -> int:
+    """The left edge of the row of words that holds ``c`` (its own, if none does)."""
+    return min((line[0].box[0] for line in lines
+                if any(contains(w.box, c.centre, 0) for w in line)), default=c.box[0])
 
 
 def on_row(a: Candidate, b: Candidate) -> bool:
@@ -76,7 +88,7 @@ def by_row(found: Sequence[Candidate], words: Sequence[Word], label: str, near: 
     if not pairs:
         # No copy on the row itself: the row's text may head a block (a card's title, a
         # message's author) with the control under it (module docstring).
-        pairs = [(c, m) for m in marks if (c := under_heading(m, close)) is not None]
+        pairs = [(c, m) for m in marks if (c := under_heading(m, close, words)) is not None]
     chosen = list(dict.fromkeys(c for c, _ in pairs))
     if not chosen:
         return Decision(None, ranked, error="target_not_found",

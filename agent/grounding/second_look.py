@@ -21,6 +21,7 @@ from agent.grounding.text import (
     ITEM_GAP,
     NEAR,
     SEEN,
+    SURE,
     Box,
     Candidate,
     Decision,
@@ -28,6 +29,7 @@ from agent.grounding.text import (
     candidates,
     contains,
     normalise,
+    other_word,
     overlap,
     phrases,
     seen,
@@ -38,7 +40,7 @@ LOOK_AGAIN = ((20.0, 5.0, 1.0), (13.0, 3.5, 1.5), (7.0, 2.2, 1.5))
 """What is read again around the recorded position: half width and half height in text
 heights, and a scale. Several, because Tesseract reads a short word beside a button's
 bevel in one crop and not in the next (an "OK" read "fe)" on the full screen)."""
-NEAR_MISS_CONF = 0.8
+NEAR_MISS_CONF = SURE
 """A word read with less confidence than this may be anything, the label included."""
 NEAR_MISS_SIMILAR = 0.5
 """A word this similar to the label (but not a rival) may be the label misread."""
@@ -105,6 +107,9 @@ class NearMiss:
     read_as: str
     crop: Box
     scale: float
+    read_score: float = 0.0
+    """How like the label it was read surely (another word, :func:`other_word`): read
+    again, it is a copy only if it reads more like the label than that."""
 
 
 def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candidate,
@@ -116,17 +121,21 @@ def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candi
     reading's confidence and size tell that another copy may stand there
     (docs/grounding.md, "Near misses"). The crop holds the whole phrase around the spot:
     a crop cutting "Enregistrer sous…" would read "Enregistrer"."""
-    known = [c.box for c in found if c.score >= min_score]
+    # Another word read surely beside the label read exactly is no rival, but it is
+    # read again like any near miss (docs/grounding.md, rule 4).
+    others = [c for c in found if c.score >= min_score and other_word(chosen, c)]
+    known = [c.box for c in found if c.score >= min_score and c not in others]
     _, _, cw, ch = chosen.box
-    spots: list[tuple[Box, str]] = [(c.box, c.text) for c in found
-                                    if NEAR_MISS_SIMILAR <= c.score < min_score]
+    spots: list[tuple[Box, str, float]] = [(c.box, c.text, 0.0) for c in found
+                                           if NEAR_MISS_SIMILAR <= c.score < min_score]
+    spots += [(c.box, c.text, c.score) for c in others]
     by_line = phrases(words)
     target = len(_compact(label))
     for phrase in by_line:
-        spots.extend((w.box, w.text) for i, w in enumerate(phrase)
+        spots.extend((w.box, w.text, 0.0) for i, w in enumerate(phrase)
                      if w.conf < NEAR_MISS_CONF and could_be_label(phrase, i, target, min_score))
     out: list[NearMiss] = []
-    for spot, text in spots:
+    for spot, text, read_score in spots:
         x, y, ww, wh = spot
         centre = (x + ww / 2, y + wh / 2)
         if any(contains(box, centre, ch / 2) for box in known):
@@ -145,7 +154,8 @@ def near_misses(words: Sequence[Word], found: Sequence[Candidate], chosen: Candi
         crop_bottom = min(size[1], int(max(top + ph, centre[1] + half_h)) + 1)
         if crop_right - crop_left >= 8 and crop_bottom - crop_top >= 8:
             out.append(NearMiss(spot, text, (crop_left, crop_top, crop_right - crop_left,
-                                             crop_bottom - crop_top), NEAR_MISS_CROP[2]))
+                                             crop_bottom - crop_top), NEAR_MISS_CROP[2],
+                                    read_score))
     return out
 
 
@@ -187,9 +197,11 @@ def too_many_near_misses(chosen: Candidate, misses: Sequence[NearMiss], label: s
 def near_miss_is_label(chosen: Candidate, miss: NearMiss, again: Sequence[Candidate],
                        label: str, min_score: float) -> Decision | None:
     """``ambiguous_target`` if the near miss, read again (``again``, in the same pixels),
-    is the label; else None."""
+    is the label (another word read surely: read more like the label than it was, or
+    unsurely); else None."""
     x, y, w, h = miss.spot
     hits = [c for c in again if c.score >= min_score
+            and (c.score > miss.read_score or c.conf < SURE)
             and contains(c.box, (x + w / 2, y + h / 2), h / 2)]
     if not hits:
         return None

@@ -54,8 +54,10 @@ ITEM_GAP = 0.85
 set (0.89-1.2 for GTK's), a space inside a label at most 0.78 (:func:`item_by_place`)."""
 WRAPPED_LABEL = 3
 """A label of this many words or more is also matched on lines stacked (:func:`stacks`)."""
-WRAP_GAP = 0.8
-"""Two lines of one wrapped label are at most this many text heights apart."""
+WRAP_GAP = 1.2
+"""Two lines of one wrapped label are at most this many text heights apart (the taller
+line's: a line misread is boxed short, "Valider et" 11 px high over a 16 px line, 17 px
+above it, on a narrow button at 150 %)."""
 LONG_LABEL = 4
 SENTENCE_GAP = 4.0
 """A label of ``LONG_LABEL`` words or more is also matched across gaps of up to this many
@@ -311,7 +313,8 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
                         detail=f"no text like {label!r} (score >= {min_score}); "
                                + seen(ranked))
     best = ranked[0]
-    contenders = [c for c in ranked if c.score >= best.score - margin]
+    contenders = [c for c in ranked if c.score >= best.score - margin
+                  and not other_word(best, c)]
     under: list[Candidate] = []
     if anchor is not None:
         centre = (anchor[0] + anchor[2] / 2, anchor[1] + anchor[3] / 2)
@@ -342,6 +345,20 @@ def decide(found: Sequence[Candidate], label: str, min_score: float = DEFAULT_MI
                                f"an anchor nor the recorded position tells them apart{why}: "
                                + seen(contenders))
     return Decision(pick, ranked, tie_broken_by=how)
+
+
+SURE = 0.8
+"""A word read with this confidence or more is what it reads (the near misses' bound,
+agent/grounding/second_look.py)."""
+
+
+def other_word(best: Candidate, c: Candidate) -> bool:
+    """Whether ``c`` is surely another word than ``best``, which reads exactly as the
+    label: both read surely, ``c`` not exactly ("Patient", a column's heading, beside
+    the menu's "Patients"). It is no rival then, but a near miss read again closer before
+    a click (docs/grounding.md, rule 4)."""
+    return c is not best and best.score >= 1.0 and c.score < 1.0 \
+        and min(best.conf, c.conf) >= SURE
 
 
 def seen(found: Sequence[Candidate]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw
@@ -76,3 +77,31 @@ def test_a_white_on_red_banner_is_read_in_its_band() -> None:
     x, y, w, h = banner_box()
     assert found.found, found
     assert x <= (found.x or 0) < x + w and y <= (found.y or 0) < y + h, found
+
+
+def test_a_buttons_letters_do_not_cut_its_band_in_two() -> None:
+    """A white-on-blue button at 150 %: its letters' rows leave under ``MIN_WIDTH`` of it
+    coloured; before, it was two bands, each with half of its letters."""
+    img = Image.new("RGB", (800, 200), "white")
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((100, 60, 329, 101), fill=(21, 101, 192))  # 230 x 42
+    draw.rectangle((150, 74, 269, 87), fill="white")  # the letters' rows: 110 px coloured
+    assert coloured_bands(img) == [(100 - PAD, 60 - PAD, 230 + 2 * PAD, 42 + 2 * PAD)]
+    # Two bands apart, white between them: two bands still.
+    apart = Image.new("RGB", (800, 200), "white")
+    draw = ImageDraw.Draw(apart)
+    draw.rectangle((100, 20, 329, 49), fill=(21, 101, 192))
+    draw.rectangle((100, 80, 329, 109), fill=(21, 101, 192))
+    assert len(coloured_bands(apart)) == 2
+
+
+def test_a_white_on_blue_button_at_150_is_read_in_its_band(read: Any) -> None:
+    web = DATA.parent / "grounding_web"
+    name = "tuning-labo-alone-150-recorded.png"
+    label = "Valider les résultats"
+    (screen,) = [s for s in json.loads((web / "labels.json").read_text())["screens"]
+                 if s["image"] == name]
+    (x, y, w, h), = [c["box"] for c in screen["controls"] if c["text"] == label]
+    found = resolve_point(TargetSpec(by_text=label), Image.open(web / name).convert("RGB"),
+                          (0, 0), (0, 0, 1920, 1080), (1.0,), 0.85, TextSettings(read))
+    assert found.found and x <= (found.x or 0) < x + w and y <= (found.y or 0) < y + h, found

@@ -87,6 +87,35 @@ def test_two_links_are_cut_at_the_gap_between_their_underlines() -> None:
     assert len(phrases(split_at_underlines(shot, words))) == 1
 
 
+def _skipped_ink(draw: ImageDraw.ImageDraw, left: int, right: int, descenders: list[int]) -> None:
+    """An underline at row 34 from ``left`` to ``right``, broken as Chromium breaks it
+    around each descender: the descender crosses the line at ``x``, its foot under it,
+    and the line stops three pixels on each side."""
+    x0 = left
+    for x in descenders:
+        draw.line((x0, 34, x - 4, 34), fill="black")
+        draw.rectangle((x, 28, x + 1, 37), fill="black")
+        x0 = x + 5
+    draw.line((x0, 34, right, 34), fill="black")
+
+
+def test_an_underline_broken_by_descenders_still_parts_two_links() -> None:
+    """"Page précédente Page suivante" at 100 %: each "Page"'s underline is broken around
+    its "g"; before, neither was an underline and the four words stayed one phrase."""
+    shot = Image.new("RGB", (300, 60), "white")
+    draw = ImageDraw.Draw(shot)
+    for left in (20, 90):
+        draw.text((left, 20), "Page", fill="black")
+    _skipped_ink(draw, 20, 80, [40])
+    _skipped_ink(draw, 90, 140, [110])
+    words = [Word("Page", 0.9, (20, 22, 60, 10), 0), Word("suivante", 0.9, (90, 22, 50, 10), 0)]
+    assert len(phrases(split_at_underlines(shot, words))) == 2
+    # One link, its underline broken by a descender at the space between its words: one.
+    one = Image.new("RGB", (300, 60), "white")
+    _skipped_ink(ImageDraw.Draw(one), 20, 140, [40, 84])
+    assert len(phrases(split_at_underlines(one, words))) == 1
+
+
 def _c(top: int, left: int = 100) -> Candidate:
     return Candidate("Modifier", 1.0, 0.9, (left, top, 60, 14))
 
@@ -99,12 +128,21 @@ def test_under_a_heading_the_nearest_copy_if_nearer_than_the_pitch() -> None:
     assert under_heading(heading, copies[1:]) is None
     # Another column's copy is no copy of this block.
     assert under_heading(heading, [_c(160, left=900), _c(270, left=900)]) is None
+    # The second link of a row that starts under the heading is in its column.
+    links = [_c(160, left=170), _c(270, left=170)]
+    row = [Word("Répondre", 0.9, (100, 160, 60, 14), 0),
+           Word("Modifier", 0.9, (170, 160, 60, 14), 0)]
+    assert under_heading(heading, links) is None
+    assert under_heading(heading, links, row) is links[0]
 
 
-def test_a_messages_reply_link_is_chosen_by_its_author(read: Any) -> None:
+@pytest.mark.parametrize("label", ["Répondre", "Archiver"])
+def test_a_messages_link_is_chosen_by_its_author(read: Any, label: str) -> None:
+    """"Archiver" starts under the author's name only with its row ("Répondre Archiver"):
+    before, it was in no column of the heading (``target_not_found``)."""
     name = "tuning-inbox-alone-100-recorded.png"
-    for c in [c for c in _screen(name)["controls"] if c["text"] == "Répondre"][:2]:
-        found = resolve_point(TargetSpec(by_text="Répondre", near_text=c["row"]),
+    for c in [c for c in _screen(name)["controls"] if c["text"] == label][:2]:
+        found = resolve_point(TargetSpec(by_text=label, near_text=c["row"]),
                               Image.open(DATA / name).convert("RGB"), (0, 0),
                               (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
         assert found.found and _inside(c["box"], found.x, found.y), found
@@ -136,8 +174,11 @@ def test_an_anchor_among_many_rows_alike_never_clicks_another_row(read: Any) -> 
         assert not found.found or _inside(c["box"], found.x, found.y), (c, found)
 
 
-def test_a_label_wrapped_on_three_lines_is_found(read: Any) -> None:
-    name = "tuning-form-alone-100-moved.png"
+@pytest.mark.parametrize("name", ["tuning-form-alone-100-moved.png",
+                                  "tuning-form-alone-150-recorded.png"])
+def test_a_label_wrapped_on_three_lines_is_found(read: Any, name: str) -> None:
+    """At 150 % the first line read short ("\\/alinlar at", 11 px high) stood farther
+    under the next than 0.8 of its height: the stack had two lines of three."""
     label = "Valider et envoyer au secrétariat"
     (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
     found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),

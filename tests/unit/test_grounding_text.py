@@ -24,6 +24,7 @@ from agent.grounding.text import (
     normalise,
     phrases,
     read_closer,
+    stacks,
 )
 from messages.workflow import TargetSpec
 
@@ -447,3 +448,13 @@ def test_the_same_pixels_are_not_read_twice() -> None:
         assert reader.read(changed) and reader.readings == 2
     finally:
         reader.close()
+
+
+def test_a_wrapped_labels_lines_stack_though_one_is_read_short() -> None:
+    """A narrow button at 150 %: its first line misread, its box 11 px high, 17 px above
+    the next line (16 px high)."""
+    lines = [Word("Valider", 0.4, (763, 561, 63, 11), 0), Word("et", 0.95, (834, 563, 16, 9), 0),
+             Word("envoyer", 0.96, (756, 589, 73, 16), 1), Word("au", 0.97, (836, 589, 21, 12), 1),
+             Word("secrétariat", 0.96, (758, 608, 98, 16), 2)]
+    (stack,) = stacks(lines)
+    assert [w.text for w in stack] == ["Valider", "et", "envoyer", "au", "secrétariat"]

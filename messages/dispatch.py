@@ -69,7 +69,13 @@ class ClaimAttempt(Message, type_name="action.claim"):
 
 class ClaimReply(Message, type_name="action.claim_reply"):
     granted: bool
-    reason: str | None = None  # why not: not_current, wrong_machine, paused, verdict_pending
+    reason: str | None = None  # why not: not_current, wrong_machine, paused, verdict_pending,
+    # resend_due
+    valid_s: float | None = Field(None, gt=0)
+    """Granted: how long after the agent asked the grant may still be acted on (the
+    watchdog's patience left for the attempt); None: no limit (no watchdog, or a dispatcher
+    older than the field). A grant read later is not acted on (docs/protocol.md, "Writing
+    an agent")."""
     retry_in_s: float | None = Field(None, gt=0, le=60)
     """Not refused, not yet: claim again after this long (twice as long each time). Set
     while a loop verdict on the step before is pending

@@ -130,7 +130,7 @@ class DispatcherCore:
         return agent_inputs.report(self.book.begin(now), msg, sender_machine)
 
     def claim(self, msg: ClaimAttempt, sender_machine: str, now: float) -> Decision:
-        return agent_inputs.claim(self.book, msg, sender_machine)
+        return agent_inputs.claim(self.book, msg, sender_machine, now)
 
     def progress(self, msg: ActionProgress, sender_machine: str, now: float) -> Decision:
         return agent_inputs.progress(self.book.begin(now), msg, sender_machine)

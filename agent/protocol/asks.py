@@ -37,15 +37,27 @@ PROGRESS_MARGIN_S = 30.0
 """Beyond the time an action says it may wait for a person, before the watchdog worries."""
 CLAIM_WAIT_MAX_S = 0.5
 """The longest wait between two claims the dispatcher answered "not yet"."""
+GRANT_EXPIRED = "grant_expired"
+"""Why a granted attempt is not run: the grant was read too late (:func:`late`)."""
+
+
+def late(reply: ClaimReply, waited_s: float) -> bool:
+    """Whether a grant read ``waited_s`` after its claim was asked is past what it is good
+    for: it waited in a frozen process or socket while the watchdog may have resent the step
+    or given it up, and no input may follow the pause that follows (docs/protocol.md,
+    "Writing an agent")."""
+    return reply.valid_s is not None and waited_s >= reply.valid_s
 
 
 class Asks:
     """The agent's requests to the dispatcher, through ``outbox``."""
 
-    def __init__(self, outbox: Outbox, ledger: Ledger, machine_id: str) -> None:
+    def __init__(self, outbox: Outbox, ledger: Ledger, machine_id: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.outbox = outbox
         self.ledger = ledger
         self.machine_id = machine_id
+        self._clock = clock
         self.hello_answered_at: float | None = None  # wall clock (agent/status.py)
 
     def _ask(self, key: str, message: Message, on_reply: OnReply,
@@ -83,11 +95,18 @@ class Asks:
         claim = ClaimAttempt(replay_id=dispatch.replay_id, machine_id=self.machine_id,
                              action_id=dispatch.action.action_id,
                              attempt_id=dispatch.attempt_id)
+        asked_at = self._clock()  # before the claim is sent: errs toward a late grant
 
         def on_reply(body: Message) -> bool:
             if isinstance(body, ClaimReply) and not body.granted and body.retry_in_s:
                 self.claim(dispatch, done, min(CLAIM_WAIT_MAX_S,
                                                max(body.retry_in_s, 2 * wait_s)))
+            elif isinstance(body, ClaimReply) and body.granted and late(
+                    body, self._clock() - asked_at):
+                logger.warning("{} attempt {}: its grant is read {:.1f} s after the claim,"
+                               " beyond the {:.1f} s it is good for", dispatch.action.action_id,
+                               dispatch.attempt_id, self._clock() - asked_at, body.valid_s)
+                done(False, GRANT_EXPIRED)
             elif isinstance(body, ClaimReply):
                 done(body.granted, body.reason)
             elif isinstance(body, ErrorReply) and body.code == "unsupported_type":

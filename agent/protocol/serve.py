@@ -23,6 +23,7 @@ from collections.abc import Callable
 from loguru import logger
 
 from agent.executors.base import ActionOutcome
+from agent.protocol.asks import GRANT_EXPIRED
 from agent.protocol.ledger import (
     Ledger,
     LedgerConflict,
@@ -171,6 +172,8 @@ class Intake:
             if self._claim is not None and dispatch.action.type in INPUT_TYPES:
                 self.current, self.claiming = dispatch, True
                 self._claim(dispatch, functools.partial(self._claimed, dispatch))
+                logger.info("{} attempt {} claimed", dispatch.action.action_id,
+                            dispatch.attempt_id)
                 return
             self._begin(dispatch)
 
@@ -184,9 +187,8 @@ class Intake:
                 return
         else:
             self.current = None
-            logger.warning("{} attempt {} not run: the dispatcher says {}",
-                           dispatch.action.action_id, dispatch.attempt_id,
-                           why or "we are stopping")
+            logger.warning("{} attempt {} not run: {}", dispatch.action.action_id,
+                           dispatch.attempt_id, why_not(why))
             newer = self._newer.pop(key(dispatch), None)
             if newer is not None and granted is False:
                 self.queued.appendleft(newer)  # the attempt that replaced it
@@ -261,3 +263,10 @@ class Intake:
         found = self.ledger.lookup(*entry.key)
         assert found is not None  # just written
         return found
+
+
+def why_not(why: str | None) -> str:
+    """Why a claimed attempt is not run, for the log."""
+    if why is None:
+        return "we are stopping"
+    return "its grant came too late" if why == GRANT_EXPIRED else f"the dispatcher says {why}"

@@ -9,6 +9,7 @@ first test is performed.
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -76,3 +77,33 @@ def test_a_reconnecting_agent_is_not_sent_what_it_holds(spawn: Spawn, lea_env: E
     log = agent_log(agent)
     assert agent.executed("s0") == 1 and "s0 re-delivered" not in log
     assert "s0 already handled" not in log
+
+
+def test_a_grant_read_after_the_steps_give_up_is_not_acted_on(spawn: Spawn, lea_env: Env,
+                                                              tmp_path: Path) -> None:
+    """s1's claim is held while the loop detector (frozen) owes its verdict on s0; the agent
+    is frozen with the claim out; the verdict comes and the grant waits in the agent's
+    socket while the watchdog gives s1 up (orphan timeout 6 s, no resend) and the replay
+    pauses for a person. Woken, the agent reads a grant older than it was good for and does
+    not click: no input after the pause. Without the grant's time, s1 is clicked then."""
+    system = System(spawn, lea_env, tmp_path, {
+        "LEA_BEACON_TIMEOUT_S": "60", "RPA_WATCHDOG_ORPHAN_TIMEOUT_S": "6",
+        "RPA_WATCHDOG_SCAN_INTERVAL_S": "0.5", "RPA_WATCHDOG_MAX_RESENDS": "0",
+        "RPA_LOOP_DETECTOR_TIMEOUT_S": "60",
+        # The frozen loop detector stays registered, so that its late verdict is taken.
+        "LEA_HEARTBEAT_INTERVAL_MS": "2000", "LEA_HEARTBEAT_LIVENESS": "10"})
+    agent = system.agent("c4")
+    wait_ready(system, agent)
+    detector = system.kill("loop_detector", signal.SIGSTOP)
+    try:
+        rid = system.start(workflow(*clicks(2)), "c4")
+        wait_until(lambda: "s1 attempt" in agent_log(agent)
+                   and "claimed" in agent_log(agent).split("s1 attempt")[-1], timeout=30)
+        agent.kill(signal.SIGSTOP)  # the claim is out; its grant waits for the verdict
+    finally:
+        os.kill(detector, signal.SIGCONT)
+    system.wait_status(rid, "paused_need_help", timeout=60)
+    agent.kill(signal.SIGCONT)
+    wait_until(lambda: "its grant came too late" in agent_log(agent), timeout=30)
+    assert agent.executed("s0") == 1 and agent.executed("s1") == 0
+    assert [e["action_id"] for e in agent.effects()] == ["s0"]

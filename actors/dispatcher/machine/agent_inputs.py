@@ -28,6 +28,12 @@ from messages.replay import Ack
 from workflow.inputs import mask_model
 from workflow.outputs import OUTPUT_INVALID, clean, value_problem
 
+RESEND_DUE = "resend_due"
+"""A claim refused because the watchdog is about to resend its attempt: the copy it sends
+is claimed instead."""
+GRANT_MARGIN_S = 0.5
+"""Taken off a grant's time: the wall clock the watchdog's age is counted on may step."""
+
 
 def report(tx: Tx, msg: ActionReport, sender_machine: str) -> Decision:
     """Apply the first current report of an action (I3); record every other one."""
@@ -165,13 +171,18 @@ def apply_report(tx: Tx, r: ReplayState, entry: InFlightEntry, msg: ActionReport
     steps.advance(tx, r)
 
 
-def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
+def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str, now: float) -> Decision:
     """May the agent perform this attempt now? Only if it is the one in flight.
 
     Asked by the agent before any input (agent/protocol/serve.py): a copy that stayed in a frozen
     agent's socket while the watchdog resent or gave up, or the replay was cancelled or
     paused, is refused and never runs. Not stored: after a restart of ours every action
     in flight is re-sent under a new attempt, and the old one is refused.
+
+    A grant is good for as long as the watchdog will still wait for this attempt
+    (:func:`grant_valid_s`): a grant that itself waited in a frozen agent's socket past
+    that, while the watchdog resent or gave up the step, is not acted on (docs/protocol.md,
+    "Writing an agent").
     """
     r = book.current(msg.action_id, msg.attempt_id)
     if r is None or r.inflight is None or r.replay_id != msg.replay_id:
@@ -185,8 +196,25 @@ def claim(book: ReplayBook, msg: ClaimAttempt, sender_machine: str) -> Decision:
     if consult_inputs.claim_waits(r):
         return Decision(ClaimReply(granted=False, reason=VERDICT_PENDING,
                                    retry_in_s=CLAIM_RETRY_S))
+    valid_s = grant_valid_s(r.inflight, book.config.orphan_timeout_s, now)
+    if valid_s is not None and valid_s <= 0:
+        return Decision(ClaimReply(granted=False, reason=RESEND_DUE))
     r.inflight.claimed = True
-    return Decision(ClaimReply(granted=True))
+    return Decision(ClaimReply(granted=True, valid_s=valid_s))
+
+
+def grant_valid_s(e: InFlightEntry, orphan_timeout_s: float | None, now: float) -> float | None:
+    """How long after the agent asked its claim the input may still start: the watchdog's
+    patience for the attempt left now, less a margin; None without a watchdog.
+
+    The watchdog starts timing an attempt after it was dispatched (``dispatched_at``) and
+    asks the dispatcher to resend or give it up only past ``orphan_timeout_s`` plus the
+    patience the agent asked for; the agent counts from the moment it asked, which is
+    before this grant: both ends err toward refusing.
+    """
+    if orphan_timeout_s is None:
+        return None
+    return orphan_timeout_s + e.patience_s - (now - e.dispatched_at) - GRANT_MARGIN_S
 
 
 def progress(tx: Tx, msg: ActionProgress, sender_machine: str) -> Decision:

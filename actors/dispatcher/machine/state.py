@@ -47,6 +47,9 @@ class DispatcherConfig:
     # An agent not heard from (agent.available) for this long is offline: no work item
     # goes to it (docs/queues.md). Agents tell every AVAILABLE_EVERY_S (agent/process.py).
     agent_seen_s: float = 3.5
+    # RPA_WATCHDOG_ORPHAN_TIMEOUT_S when the watchdog runs (None: it does not): how long a
+    # granted claim stays good (agent_inputs.claim, docs/protocol.md, "Writing an agent").
+    orphan_timeout_s: float | None = None
 
 
 class Resolution(NamedTuple):

@@ -52,6 +52,7 @@ from actors.loop_detector.history_records import (
     Transition,
 )
 from actors.loop_detector.pixel import DEFAULT_PIXEL, Frame, PixelParams, tile_difference
+from actors.loop_detector.seen_states import least_differences
 from actors.loop_detector.tile_masks import (
     Mask,
     as_tiles,
@@ -121,6 +122,7 @@ class ScreenHistory:
         self._serial = 0
         self._cut = 0  # transitions up to this serial no longer count toward a static run
         self._nearest: npt.NDArray[np.uint8] | None = None  # for the frame being pushed
+        self._nearest_glyph: npt.NDArray[np.uint8] | None = None  # the same, by glyph
 
     @property
     def captures(self) -> int:
@@ -165,7 +167,7 @@ class ScreenHistory:
         if not self.frames:
             self.frames.append(frame)
             return None
-        self._nearest = None
+        self._nearest = self._nearest_glyph = None
         ctx = self._context(frame, trail, acted_in)
         if observation:
             judged = self._judge_wait(ctx)
@@ -235,12 +237,13 @@ class ScreenHistory:
         away = ctx.changed & acted_in & ~site
         caused = self._caused(away & ~ctx.noisy, ctx.frame, ctx.window)
         # Noise or not: a place that answers the action changed at no other step.
-        new = self._novel(away & ~caused, ctx.frame)
+        new = self._novel(away & ~caused, ctx.frame, glyph=True)
         answer = answering(new, action, self.transitions)
         assert self._changes is not None
         # A first change vouched for by nothing else must be clearly new content; where
         # the place answered this action before, any content not seen is (a '3' and a
         # '5' of a small counter differ by less than a change; docs/loop-detection.md).
+        # (Tile by tile, not by glyph: a clock's first faint tick is no clear change.)
         clear = self._novel(new, ctx.frame, self.pixel.level)
         pending = clear & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
         progress = progress or bool(caused.any()) or bool(answer.any()) or label_changed(
@@ -328,18 +331,23 @@ class ScreenHistory:
         if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= least:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
 
-    def _novel(self, mask: Mask, frame: Frame, level: int | None = None) -> Mask:
+    def _novel(self, mask: Mask, frame: Frame, level: int | None = None,
+               glyph: bool = False) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no
         earlier frame of the ring showed either: going back to a state seen is no change.
         A tile shows a state seen when it differs from an older frame by at most ``level``
-        (default ``seen_level``: the same content, JPEG coding it the same way). The least
-        differences are worked out once per push, on the first call."""
-        if self._nearest is None:
-            nearest = np.full(mask.shape, 255, dtype=np.uint8)
-            for older in list(self.frames)[:-1]:
-                np.minimum(nearest, tile_difference(older, frame, self.pixel), out=nearest)
-            self._nearest = nearest
-        return mask & (self._nearest > (self.params.seen_level if level is None else level))
+        (default ``seen_level``: the same content, JPEG coding it the same way).
+
+        ``glyph``: one older frame must show both halves of a glyph (seen_states.py), for
+        small content away from the site (a label's digit, a counter); not at the site,
+        where the control beside the change (the button of a menu that opened) often
+        changes state of its own. Worked out once per push."""
+        if self._nearest is None or self._nearest_glyph is None:
+            self._nearest, self._nearest_glyph = least_differences(
+                list(self.frames)[:-1], self.frames[-1], frame, self.pixel,
+                self.params.seen_level)
+        least = self._nearest_glyph if glyph else self._nearest
+        return mask & (least > (self.params.seen_level if level is None else level))
 
     def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
         """Of ``away`` (changed in the window acted in, away from the site, outside the

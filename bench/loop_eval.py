@@ -67,8 +67,7 @@ PART_NOTES = {"tuning": "tuned on", "held-out-1": "held out, then seen while tun
               "held-out-3": "recorded after the label rule was set, then seen while tuning",
               "held-out-4": "recorded after the rules of a state seen were set, then seen"
                             " while tuning",
-              "held-out-5": "other applications, recorded before the last rules were set,"
-                            " never tuned on"}
+              "held-out-5": "other applications, never tuned on"}
 
 
 class TimedPixel(PixelEmbedder):

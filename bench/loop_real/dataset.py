@@ -27,8 +27,8 @@ The set has five parts, each sequence in one:
   other part had. Its misses were looked at when the next rules were set: *seen* too;
 - ``held-out-5``: the first batch's applications (the form, the journal, xterm) again
   (``record.py --part held-out-5``), elsewhere on the screen, beside noises no other part
-  had; recorded before the last rules were set, never tuned on, its misses read only from
-  the bench's printout.
+  had; recorded while the last rules were set (the recorder runs no detector), never
+  tuned on, its misses read only from the bench's printout.
 
 The sequences of the second batch and after say their part in their sequence.json
 (``"part": "tuning"``, ``"held-out-2"``, ...); the first batch's say nothing and are

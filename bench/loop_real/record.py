@@ -275,7 +275,8 @@ FICHE_NOISES = {
 of a part."""
 
 OTHER_APPS_NOISES = {
-    # recorded before the rules were set again, read only from the bench's printout: the
+    # recorded while the rules were set again (the recorder runs no detector), read only
+    # from the bench's printout: the
     # first batch's applications (the form, the journal, xterm) elsewhere on the screen,
     # beside noises no other part had: an alert blinking in a terminal, a line of text
     # sliding along in another, a hex dump scrolling fast

@@ -276,10 +276,9 @@ of a part."""
 
 OTHER_APPS_NOISES = {
     # recorded while the rules were set again (the recorder runs no detector), read only
-    # from the bench's printout: the
-    # first batch's applications (the form, the journal, xterm) elsewhere on the screen,
-    # beside noises no other part had: an alert blinking in a terminal, a line of text
-    # sliding along in another, a hex dump scrolling fast
+    # from the bench's printout: the first batch's applications (the form, the journal,
+    # xterm) elsewhere on the screen, beside noises no other part had: an alert blinking
+    # in a terminal, a line of text sliding along in another, a hex dump scrolling fast
     "held-out-5": [
         Noise("marquee_blink", [["xterm", "-fn", "10x20", "-geometry", "24x2+1480+90", "-e",
                                  "sh", "-c", "while :; do printf '\\r ALERTE capteur 3 ';"

@@ -52,7 +52,7 @@ from actors.loop_detector.history_records import (
     Transition,
 )
 from actors.loop_detector.pixel import DEFAULT_PIXEL, Frame, PixelParams, tile_difference
-from actors.loop_detector.seen_states import least_differences
+from actors.loop_detector.seen_states import least_differences, went_back
 from actors.loop_detector.tile_masks import (
     Mask,
     as_tiles,
@@ -220,6 +220,10 @@ class ScreenHistory:
         here = ctx.changed & site
         if novel_only:
             here = self._novel(here, ctx.frame)
+            seen = ctx.changed & ~self._novel(ctx.changed, ctx.frame)
+            if not keyboard and went_back(seen, here, self._big(ctx.changed),
+                                          self.params.window_min):
+                here = np.zeros_like(here)
         noisy = ctx.noisy
         if keyboard:
             # Text appears where it is typed, it does not move: only the tiles next to

@@ -1,6 +1,6 @@
-"""How far a new frame's tiles are from every older frame of the ring: the least
-difference per tile, by which a tile shows a state seen (screen_history.py ``_novel``,
-docs/loop-detection.md "a state seen")."""
+"""States seen: how far a new frame's tiles are from every older frame of the ring (the
+least difference per tile, by which a tile shows a state seen: screen_history.py
+``_novel``), and a click that went back to one (docs/loop-detection.md "a state seen")."""
 
 from __future__ import annotations
 
@@ -45,3 +45,12 @@ def spread_max(values: TileMap, mask: Mask) -> npt.NDArray[np.uint8]:
     np.maximum(out[:, 1:], rows[:, :-1], out=out[:, 1:])
     np.maximum(out[:, :-1], rows[:, 1:], out=out[:, :-1])
     return out
+
+
+def went_back(seen: Mask, novel: Mask, big: int, least_new: int) -> bool:
+    """Whether a click's change went back to a state seen: ``seen`` (tiles changed to
+    content an older frame showed) covers ``big`` tiles at least (a dialog or a menu
+    opened again as it was) and fewer than ``least_new`` tiles of new content (``novel``)
+    came where it acted: a clock's tick or a spinner's phase caught with the return, no
+    progress. Not for typing or a key: what they write is new content."""
+    return int(np.count_nonzero(novel)) < least_new and int(np.count_nonzero(seen)) >= big

@@ -9,20 +9,16 @@ only because content renewed away from the window acted in and renews again at t
 step (``_renewed_again``: ``top``, not a window opened; a window opens once).
 
 Where the step acted is known (site.py): progress is a tile changed *there* that is not a
-place seen changing by itself (the tiles that changed away from where steps acted or
-during a wait, for ``memory`` transitions, with the tiles and 40-pixel blocks around them:
-a second hand, a spinner, ``top`` move into the next tiles; not across the edge of the
-window acted in; near text typed, only the tiles next to them, ``text_reach``). Typing, a
-key, a click that moved the pointer or came back to the last input's point after a key
-need content no frame of the ring showed (``novel_only``): going back to a state seen is
-no change; after a key, a caret-sized change is a caret's blink. After a click that moved
-the pointer, a faint change under its two positions is its hover highlight
-(``trail_tint``). In the window acted in, away from the site: ``window_min`` tiles of new
-content on tiles that had not changed lately are what the action caused (a row added far
-below the button), and a place that answers the action is progress too
-(action_answers.py: a status line's counter after "Valider", a view's number changed by
-"Vue suivante" where the tiles had been steady, no caret's blink). A wait is progress when
-``wait_min`` tiles changed outside the places that change by themselves.
+place seen changing by itself (changed away from where steps acted or during a wait, for
+``memory`` transitions, with the tiles and 40-pixel blocks around them; near text typed,
+only the tiles next to them). Typing, a key, a click that moved the pointer or came back
+to the last input's point after a key need content no frame of the ring showed
+(``novel_only``; a click that went back over a large area, seen_states.py; a caret's
+blink). After a click that moved the pointer, a faint change under its two positions is
+its hover highlight (``trail_tint``). In the window acted in, away from the site: what
+the action caused (``window_min`` tiles of new content on tiles steady lately), and a
+place that answers it (action_answers.py). A wait is progress when ``wait_min`` tiles
+changed outside the places that change by themselves.
 
 Nowhere known (an older agent): the whole screen, where a change is progress on tiles that
 had not changed in the ``memory`` transitions before, outside blocks that keep changing.
@@ -233,8 +229,11 @@ class ScreenHistory:
         at_site = int(np.count_nonzero(here))
         ignored = int(np.count_nonzero(here & noisy))
         progress = at_site > ignored
-        if progress and keyboard == "key_combo" and caret_sized(here & ~noisy):
-            progress = False  # a caret's blink, in a phase no frame of the ring showed
+        if progress and keyboard and caret_sized(here & ~noisy) and (
+                keyboard == "key_combo" or (ctx.changed & site & ~here).any()):
+            # A caret's blink, in a phase no frame of the ring showed; after typing, beside
+            # text that came back as it was (a character typed again after BackSpace).
+            progress = False
         ambient_now = ctx.changed & ~site
         if acted_in is None:
             return _Judged(progress, ambient_now, at_site, ignored)

@@ -31,3 +31,13 @@ def test_a_dialog_filled_a_box_ticked_and_text_typed_are_still_progress(name: st
     assert seq.stuck_from is None
     progress, paused, _ = replay(seq)
     assert paused is None, (name, progress)
+
+
+def test_a_character_typed_again_beside_a_caret_in_a_new_phase_went_back() -> None:
+    """'x' typed after BackSpace brings the field's text back as it was; the caret beside
+    it blinking in a phase no frame of the ring showed is no new content (held-out-4's
+    larger Tk sheet, seen)."""
+    seq = SETS["ticker_bar-fiche_type_erase"]
+    assert seq.stuck_from is not None
+    progress, paused, _ = replay(seq)
+    assert paused is not None and paused - seq.stuck_from + 1 <= N, progress

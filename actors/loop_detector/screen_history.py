@@ -54,7 +54,7 @@ from actors.loop_detector.tile_masks import (
     as_tiles,
     blocks_of,
     box_of,
-    caret_sized,
+    caret_change,
     dilate,
     inner_of,
     noise_around,
@@ -229,7 +229,9 @@ class ScreenHistory:
         at_site = int(np.count_nonzero(here))
         ignored = int(np.count_nonzero(here & noisy))
         progress = at_site > ignored
-        if progress and keyboard and caret_sized(here & ~noisy) and (
+        if progress and keyboard and caret_change(
+                self.frames[-1], ctx.frame, here & ~noisy, self.pixel.tile, self.pixel.level
+        ) and (
                 keyboard == "key_combo" or (ctx.changed & site & ~here).any()):
             # A caret's blink, in a phase no frame of the ring showed; after typing, beside
             # text that came back as it was (a character typed again after BackSpace).

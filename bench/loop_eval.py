@@ -65,7 +65,9 @@ from messages.loop import ObserveStep  # noqa: E402
 PART_NOTES = {"tuning": "tuned on", "held-out-1": "held out, then seen while tuning",
               "held-out-2": "recorded after the rules were set, then seen while tuning",
               "held-out-3": "recorded after the label rule was set, then seen while tuning",
-              "held-out-4": "recorded after the last rule was set, never tuned on"}
+              "held-out-4": "recorded after the rules of a state seen were set, then seen"
+                            " while tuning",
+              "held-out-5": "other applications, never tuned on"}
 
 
 class TimedPixel(PixelEmbedder):

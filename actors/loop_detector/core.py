@@ -126,6 +126,18 @@ def signature(step: ObserveStep) -> tuple[str, str]:
     return ident, label
 
 
+def control_of(step: ObserveStep) -> str:
+    """The action as the control it acts on, for the places that answer it
+    (action_answers.py): its identity (``signature``) with the target's point rounded as
+    the position is. A grounding a pixel apart between two presses of one button is the
+    same button: its status line answers both (docs/loop-detection.md)."""
+    target = step.target
+    if target is not None and target.get("x_pct") is not None:
+        target = {**target, **{k: round(float(target[k]), 2) for k in ("x_pct", "y_pct")
+                               if target.get(k) is not None}}
+    return signature(step.model_copy(update={"target": target}))[0]
+
+
 class LoopDetectorCore:
     """Per-replay rings (bounded, LRU over replays) and the three signals."""
 
@@ -262,7 +274,7 @@ class LoopDetectorCore:
                 acted_in=None if window is None else box_mask((window,), grid),
                 trail=None if moved is None else box_mask(pointer_spots(*moved), grid),
                 keyboard=step.action_type if step.action_type in ("type", "key_combo") else "",
-                action=signature(step)[0] if performed else "wait")
+                action=control_of(step) if performed else "wait")
             if transition is None:  # a first frame, or the screen's size changed
                 rings.vectors.clear()
             rings.vectors.append(vector)

@@ -9,20 +9,16 @@ only because content renewed away from the window acted in and renews again at t
 step (``_renewed_again``: ``top``, not a window opened; a window opens once).
 
 Where the step acted is known (site.py): progress is a tile changed *there* that is not a
-place seen changing by itself (the tiles that changed away from where steps acted or
-during a wait, for ``memory`` transitions, with the tiles and 40-pixel blocks around them:
-a second hand, a spinner, ``top`` move into the next tiles; not across the edge of the
-window acted in; near text typed, only the tiles next to them, ``text_reach``). Typing, a
-key, a click that moved the pointer or came back to the last input's point after a key
-need content no frame of the ring showed (``novel_only``): going back to a state seen is
-no change; after a key, a caret-sized change is a caret's blink. After a click that moved
-the pointer, a faint change under its two positions is its hover highlight
-(``trail_tint``). In the window acted in, away from the site: ``window_min`` tiles of new
-content on tiles that had not changed lately are what the action caused (a row added far
-below the button), and a place that answers the action is progress too
-(action_answers.py: a status line's counter after "Valider", a view's number changed by
-"Vue suivante" where the tiles had been steady, no caret's blink). A wait is progress when
-``wait_min`` tiles changed outside the places that change by themselves.
+place seen changing by itself (changed away from where steps acted or during a wait, for
+``memory`` transitions, with the tiles and 40-pixel blocks around them; near text typed,
+only the tiles next to them). Typing, a key, a click that moved the pointer or came back
+to the last input's point after a key need content no frame of the ring showed
+(``novel_only``; a click that went back over a large area, seen_states.py; a caret's
+blink). After a click that moved the pointer, a faint change under its two positions is
+its hover highlight (``trail_tint``). In the window acted in, away from the site: what
+the action caused (``window_min`` tiles of new content on tiles steady lately), and a
+place that answers it (action_answers.py). A wait is progress when ``wait_min`` tiles
+changed outside the places that change by themselves.
 
 Nowhere known (an older agent): the whole screen, where a change is progress on tiles that
 had not changed in the ``memory`` transitions before, outside blocks that keep changing.
@@ -52,12 +48,13 @@ from actors.loop_detector.history_records import (
     Transition,
 )
 from actors.loop_detector.pixel import DEFAULT_PIXEL, Frame, PixelParams, tile_difference
+from actors.loop_detector.seen_states import least_differences, went_back
 from actors.loop_detector.tile_masks import (
     Mask,
     as_tiles,
     blocks_of,
     box_of,
-    caret_sized,
+    caret_change,
     dilate,
     inner_of,
     noise_around,
@@ -121,6 +118,7 @@ class ScreenHistory:
         self._serial = 0
         self._cut = 0  # transitions up to this serial no longer count toward a static run
         self._nearest: npt.NDArray[np.uint8] | None = None  # for the frame being pushed
+        self._nearest_glyph: npt.NDArray[np.uint8] | None = None  # the same, by glyph
 
     @property
     def captures(self) -> int:
@@ -165,7 +163,7 @@ class ScreenHistory:
         if not self.frames:
             self.frames.append(frame)
             return None
-        self._nearest = None
+        self._nearest = self._nearest_glyph = None
         ctx = self._context(frame, trail, acted_in)
         if observation:
             judged = self._judge_wait(ctx)
@@ -218,6 +216,10 @@ class ScreenHistory:
         here = ctx.changed & site
         if novel_only:
             here = self._novel(here, ctx.frame)
+            seen = ctx.changed & ~self._novel(ctx.changed, ctx.frame)
+            if not keyboard and went_back(seen, here, self._big(ctx.changed),
+                                          self.params.window_min):
+                here = np.zeros_like(here)
         noisy = ctx.noisy
         if keyboard:
             # Text appears where it is typed, it does not move: only the tiles next to
@@ -227,20 +229,26 @@ class ScreenHistory:
         at_site = int(np.count_nonzero(here))
         ignored = int(np.count_nonzero(here & noisy))
         progress = at_site > ignored
-        if progress and keyboard == "key_combo" and caret_sized(here & ~noisy):
-            progress = False  # a caret's blink, in a phase no frame of the ring showed
+        if progress and keyboard and caret_change(
+                self.frames[-1], ctx.frame, here & ~noisy, self.pixel.tile, self.pixel.level
+        ) and (
+                keyboard == "key_combo" or (ctx.changed & site & ~here).any()):
+            # A caret's blink, in a phase no frame of the ring showed; after typing, beside
+            # text that came back as it was (a character typed again after BackSpace).
+            progress = False
         ambient_now = ctx.changed & ~site
         if acted_in is None:
             return _Judged(progress, ambient_now, at_site, ignored)
         away = ctx.changed & acted_in & ~site
         caused = self._caused(away & ~ctx.noisy, ctx.frame, ctx.window)
         # Noise or not: a place that answers the action changed at no other step.
-        new = self._novel(away & ~caused, ctx.frame)
+        new = self._novel(away & ~caused, ctx.frame, glyph=True)
         answer = answering(new, action, self.transitions)
         assert self._changes is not None
         # A first change vouched for by nothing else must be clearly new content; where
         # the place answered this action before, any content not seen is (a '3' and a
         # '5' of a small counter differ by less than a change; docs/loop-detection.md).
+        # (Tile by tile, not by glyph: a clock's first faint tick is no clear change.)
         clear = self._novel(new, ctx.frame, self.pixel.level)
         pending = clear & ~answer & ~ctx.noisy & ((self._changes & ctx.window) == 0)
         progress = progress or bool(caused.any()) or bool(answer.any()) or label_changed(
@@ -328,18 +336,23 @@ class ScreenHistory:
         if int(np.count_nonzero(changed & last.renewed_away & ~acted_in)) >= least:
             self.transitions[-1] = replace(last, progress=False, second_look=True)
 
-    def _novel(self, mask: Mask, frame: Frame, level: int | None = None) -> Mask:
+    def _novel(self, mask: Mask, frame: Frame, level: int | None = None,
+               glyph: bool = False) -> Mask:
         """Of ``mask`` (tiles changed against the last frame), those whose content no
         earlier frame of the ring showed either: going back to a state seen is no change.
         A tile shows a state seen when it differs from an older frame by at most ``level``
-        (default ``seen_level``: the same content, JPEG coding it the same way). The least
-        differences are worked out once per push, on the first call."""
-        if self._nearest is None:
-            nearest = np.full(mask.shape, 255, dtype=np.uint8)
-            for older in list(self.frames)[:-1]:
-                np.minimum(nearest, tile_difference(older, frame, self.pixel), out=nearest)
-            self._nearest = nearest
-        return mask & (self._nearest > (self.params.seen_level if level is None else level))
+        (default ``seen_level``: the same content, JPEG coding it the same way).
+
+        ``glyph``: one older frame must show both halves of a glyph (seen_states.py), for
+        small content away from the site (a label's digit, a counter); not at the site,
+        where the control beside the change (the button of a menu that opened) often
+        changes state of its own. Worked out once per push."""
+        if self._nearest is None or self._nearest_glyph is None:
+            self._nearest, self._nearest_glyph = least_differences(
+                list(self.frames)[:-1], self.frames[-1], frame, self.pixel,
+                self.params.seen_level)
+        least = self._nearest_glyph if glyph else self._nearest
+        return mask & (least > (self.params.seen_level if level is None else level))
 
     def _caused(self, away: Mask, frame: Frame, window: np.uint16) -> Mask:
         """Of ``away`` (changed in the window acted in, away from the site, outside the

@@ -72,6 +72,16 @@ def caret_sized(mask: Mask) -> bool:
     return cols.size == 1 and int(np.count_nonzero(mask)) <= 2
 
 
+def caret_change(before: Frame, after: Frame, mask: Mask, tile: int, level: int) -> bool:
+    """Whether ``mask``'s tiles changed as a caret blinks: they fit in a caret
+    (``caret_sized``), or, in one column of tiles but taller (a larger font's caret), what
+    moved is one pixel column (``caret_stroke``)."""
+    if caret_sized(mask):
+        return True
+    return int(np.count_nonzero(mask.any(axis=0))) == 1 and caret_stroke(
+        before, after, mask, tile, level)
+
+
 def caret_stroke(before: Frame, after: Frame, mask: Mask, tile: int, level: int) -> bool:
     """Whether what changed on ``mask``'s tiles between two frames is a caret shown or
     hidden: every pixel that moved by more than ``level`` in one pixel column, two pixels

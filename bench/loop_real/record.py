@@ -16,6 +16,7 @@ never changes again, *progress* if it changed at every step.
 
     python bench/loop_real/record.py [--out tests/data/loop_real] [--only NAME]
     python bench/loop_real/record.py --part tuning|held-out-2|held-out-3|held-out-4  # the sheet
+    python bench/loop_real/record.py --part held-out-5  # the form, journal and xterm again
 """
 
 from __future__ import annotations
@@ -273,6 +274,30 @@ FICHE_NOISES = {
 """The second batch: every patient-sheet scenario, in both applications, beside each noise
 of a part."""
 
+OTHER_APPS_NOISES = {
+    # recorded while the rules were set again (the recorder runs no detector), read only
+    # from the bench's printout: the first batch's applications (the form, the journal,
+    # xterm) elsewhere on the screen, beside noises no other part had: an alert blinking
+    # in a terminal, a line of text sliding along in another, a hex dump scrolling fast
+    "held-out-5": [
+        Noise("marquee_blink", [["xterm", "-fn", "10x20", "-geometry", "24x2+1480+90", "-e",
+                                 "sh", "-c", "while :; do printf '\\r ALERTE capteur 3 ';"
+                                 " sleep 0.5; printf '\\r                  '; sleep 0.5;"
+                                 " done"],
+                                ["xterm", "-geometry", "64x2+1240+900", "-e", "sh", "-c",
+                                 "s='Transmission en cours - lit 12 - perfusion 250 ml/h - ';"
+                                 " while :; do s=\"${s#?}${s%\"${s#?}\"}\"; printf '\\r%s' \"$s\";"
+                                 " sleep 0.15; done"]],
+              in_app="analog", place=(700, 330)),
+        Noise("hexlog_clock", [["xterm", "-geometry", "52x20+1380+500", "-e", "sh", "-c",
+                                "while :; do od -An -N16 -tx1 /dev/urandom; sleep 0.3;"
+                                " done"]],
+              in_app="clock,spinner", place=(260, 560)),
+    ],
+}
+"""The third batch: every form and journal scenario, and the terminal's, beside each noise
+of a part, the application elsewhere on the screen."""
+
 
 class Desk:
     """One display with a noise's programs running."""
@@ -323,10 +348,12 @@ class App:
             time.sleep(0.05)
         time.sleep(1.0)
         if scenario.focus_first is not None:
-            xdo(desk.x.display, "mousemove", *map(str, scenario.focus_first), "click", "1")
+            xdo(desk.x.display, "mousemove", *map(str, self.moved(scenario.focus_first)),
+                "click", "1")
         elif desk.noise.scale == 1.0:
-            # Inside the application (the page learns where it is from the pointer).
-            x, y = desk.noise.place
+            # Inside the application (the page learns where it is from the pointer; the
+            # terminal stays where it is).
+            x, y = desk.noise.place if scenario.app in TK_OR_WEB else FORM
             xdo(desk.x.display, "mousemove", str(x + 280), str(y + 180), "click", "1")
         else:
             # A larger sheet has a button under that point: its title bar takes the click
@@ -352,10 +379,19 @@ class App:
             raise RuntimeError("the form did not write its state")
         return self.state_file.stat().st_size
 
+    def moved(self, point: tuple[int, int]) -> tuple[int, int]:
+        """A point of the form's grid (measured with the form at FORM) where the form is."""
+        if self.scenario.app != "form":
+            return point
+        x, y = self.desk.noise.place
+        return point[0] + x - FORM[0], point[1] + y - FORM[1]
+
     def place(self, step: Step) -> Step:
         """``step`` with its control's point, read from the application's state."""
         if not step.widget:
-            return step
+            if step.point is None:
+                return step
+            return Step(step.kind, self.moved(step.point), step.text, step.keys, step.delta)
         x, y = self.state()["widgets"][step.widget]
         return Step(step.kind, (int(x), int(y)), step.text, step.keys, step.delta)
 
@@ -471,14 +507,20 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "loop_real")
     parser.add_argument("--only", default="", help="record only names containing this")
     parser.add_argument("--noises", default="", help="comma-separated noise names (all)")
-    parser.add_argument("--part", choices=sorted(FICHE_NOISES), default="",
+    parser.add_argument("--part", choices=sorted({*FICHE_NOISES, *OTHER_APPS_NOISES}),
+                        default="",
                         help="record the patient sheet's batch of this part (default: the"
                              " first batch, form and journal)")
     args = parser.parse_args()
     rng = random.Random(14)
     wanted = {n for n in args.noises.split(",") if n}
-    batch = plan(NOISES) if not args.part else [(noise, FICHE_SCENARIOS)
-                                                 for noise in FICHE_NOISES[args.part]]
+    if not args.part:
+        batch = plan(NOISES)
+    elif args.part in OTHER_APPS_NOISES:
+        batch = [(noise, SCENARIOS + JOURNAL_SCENARIOS)
+                 for noise in OTHER_APPS_NOISES[args.part]]
+    else:
+        batch = [(noise, FICHE_SCENARIOS) for noise in FICHE_NOISES[args.part]]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for noise, scenarios in batch:

@@ -13,10 +13,12 @@ verdict on the step before is pending). The floor is the broker round trip clien
 with the replays. Target: overhead p50 <= 5x the broker round trip p50.
 
 A second floor, the disk's: each step waits for one fsync of the dispatcher's database (its
-turn's commit, docs/durability.md), so blocks of fsyncs of a 4 KiB append to a file beside that
-database are measured in the same rounds (:func:`disk_flushes`), and the overhead is also given
-over the sum of both floors: on a disk whose flush alone is several round trips, that sum is
-what a step cannot go below without giving up the durability rule.
+turn's commit, docs/durability.md), so blocks of flushes of a 4 KiB write to a file beside that
+database, as the dispatcher flushes its WAL (written over in place: fdatasync, no append that
+would also journal the file's size), are measured in the same rounds (:func:`disk_flushes`),
+and the overhead is also given over the sum of both floors: on a disk whose flush alone is
+several round trips, that sum is what a step cannot go below without giving up the
+durability rule.
 """
 
 from __future__ import annotations
@@ -55,17 +57,20 @@ FLUSHES = 50
 
 
 def disk_flushes(directory: Path, count: int = FLUSHES) -> list[float]:
-    """Seconds of ``count`` fsyncs, each of a 4 KiB append to a file in ``directory`` (the
-    dispatcher's data directory: the same disk as its database)."""
+    """Seconds of ``count`` fdatasyncs, each of a 4 KiB write over a file in ``directory``
+    (the dispatcher's data directory: the same disk as its database) made beforehand, as
+    SQLite's WAL is written over in place once it has its size."""
     path = directory / "bench-flush.bin"
     block = os.urandom(4096)
     times: list[float] = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        for _ in range(count):
-            os.write(fd, block)
+        os.write(fd, bytes(4096 * count))
+        os.fsync(fd)
+        for i in range(count):
+            os.pwrite(fd, block, 4096 * i)
             started = time.perf_counter()
-            os.fsync(fd)
+            os.fdatasync(fd)
             times.append(time.perf_counter() - started)
     finally:
         os.close(fd)
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
           f"'{args.action}' steps, full tree (broker + 6 actors), {time.monotonic() - started:.1f}"
           " s in all")
     print(row("broker round trip (echo worker)", rtts))
-    print(row("disk flush (fsync, 4 KiB append)", flushes))
+    print(row("disk flush (fdatasync, 4 KiB over)", flushes))
     # The end of the overhead: when the next action may start (module docstring).
     end = "grant" if args.action in INPUT_TYPES else "next"
     print(row(f"per-step overhead (report -> {end})", overheads))

@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 
 from PIL import Image, ImageOps
 
+from agent.grounding.closer import with_closer_reading
 from agent.grounding.dimmed import Dimmed
 from agent.grounding.ink import INK_SCALE, split_at_underlines, stretched, unread
-from agent.grounding.text import Word, candidates, with_closer_reading
+from agent.grounding.text import Word, candidates
 from agent.screen.capture import Rect
 
 ReadWords = Callable[[Image.Image], list[Word]]

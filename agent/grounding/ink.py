@@ -32,6 +32,11 @@ RULE_LENGTH = (48, 160)
 not text: it would join the lines of text it runs beside."""
 COVER_PAD = 3
 """Pixels around a word read that its ink still belongs to."""
+COVER_CONF = 0.5
+"""A word read with less confidence than this covers no ink: a light grey link read in a
+wide part (a page's whole light background read as a coloured band) comes out as
+nonsense at a confidence near 0 ("SINEEMENLE" for "Comptes rendus"), and is read apart
+as unread ink would be (:func:`covering`)."""
 COLUMN_GAP = 24
 """Blank columns this wide part two columns of a page (a side menu, the content)."""
 LINE_HEIGHT = (5, 60)
@@ -86,6 +91,11 @@ def _spans(flags: Any, join: int) -> list[tuple[int, int]]:
         else:
             out.append((int(a), int(b)))
     return out
+
+
+def covering(words: Sequence[Word]) -> list[Box]:
+    """The boxes of the words read surely enough to cover their ink (``COVER_CONF``)."""
+    return [w.box for w in words if w.conf >= COVER_CONF]
 
 
 def unread(image: Image.Image, covered: Sequence[Box],

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
-from agent.grounding.ink import split_at_underlines, stretched, unread
+from agent.grounding.ink import covering, split_at_underlines, stretched, unread
 from agent.grounding.near import under_heading
 from agent.grounding.text import Candidate, Word, phrases
 from messages.workflow import TargetSpec
@@ -155,6 +155,24 @@ def test_a_light_grey_link_is_found(read: Any, label: str) -> None:
     found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
                           (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
     assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+@pytest.mark.parametrize("label", ["Mes patients", "Comptes rendus"])
+def test_a_light_grey_link_read_as_nonsense_is_read_apart(read: Any, label: str) -> None:
+    """In a browser window at 100 %, the page's light background read as a band gives the
+    side menu's links as nonsense at a confidence near 0 ("SINEEMENLE"): that reading
+    covered their ink, so it was never read apart (before: ``target_not_found``)."""
+    name = "tuning-patients-window-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
+    found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
+                          (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_a_word_read_unsurely_covers_no_ink() -> None:
+    words = [Word("SINEEMENLE", 0.0, (40, 40, 60, 10), 0), Word("Patients", 0.95,
+                                                              (40, 100, 50, 11), 1)]
+    assert covering(words) == [(40, 100, 50, 11)]
 
 
 def test_an_anchor_among_many_rows_alike_never_clicks_another_row(read: Any) -> None:

@@ -13,6 +13,7 @@ words out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -181,6 +182,10 @@ UNDER_BOX = 4
 underline, so the lower half of the box is looked at too)."""
 UNDERLINE_ROWS = 2
 """An underline is at most this many rows thick (two at 150 %)."""
+UNDERLINE_FROM = 0.7
+"""An underline is this far down a word's box or lower (0.74 and more on the set's links,
+a descender boxed with them): higher, a row of the letters' middle that looks like one
+(white text on a filled button, "Valider les résultats", read at 0.55 of its height)."""
 BOX_SLACK = 0.25
 """A word's box may run past its ink by this share of its height at each end (seen: a
 "Page" boxed three pixels left of its "P"): the underline is looked for inside it."""
@@ -212,7 +217,7 @@ def _underline(grey: npt.NDArray[np.int16], word: Word) -> int | None:
     ground = np.median(area)
     marks = np.abs(area - ground) >= INK_CONTRAST // 2
     full = marks.mean(axis=1)
-    for i in range(len(full) - 3, max(2, wh // 2), -1):
+    for i in range(len(full) - 3, max(2, math.ceil(UNDERLINE_FROM * wh) - 1), -1):
         if full[i + 1] >= UNDERLINE_ALONE or full[i + 2] >= UNDERLINE_ALONE:
             continue
         first = i  # the line's top row: one or two rows thick

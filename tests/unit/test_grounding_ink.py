@@ -99,6 +99,17 @@ def _skipped_ink(draw: ImageDraw.ImageDraw, left: int, right: int, descenders: l
     draw.line((x0, 34, right, 34), fill="black")
 
 
+def test_white_text_on_a_filled_button_has_no_underline_to_cut_at() -> None:
+    """Its letters' middle row looked like an underline under each word, with a gap
+    between two words: "Valider les" and "résultats" were cut into two phrases and the
+    button was not found (before: ``target_not_found``)."""
+    shot = Image.open(DATA / "tuning-labo-alone-100-moved.png").convert("RGB")
+    words = [Word("Valider", 0.97, (330, 494, 42, 11), 0), Word("les", 0.96, (377, 494, 17,
+                                                                            11), 0),
+             Word("résultats", 0.96, (399, 494, 52, 11), 0)]
+    assert {w.line for w in split_at_underlines(shot, words)} == {0}
+
+
 def test_an_underline_broken_by_descenders_still_parts_two_links() -> None:
     """"Page précédente Page suivante" at 100 %: each "Page"'s underline is broken around
     its "g"; before, neither was an underline and the four words stayed one phrase."""

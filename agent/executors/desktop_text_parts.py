@@ -15,7 +15,14 @@ from PIL import Image, ImageOps
 
 from agent.grounding.closer import with_closer_reading
 from agent.grounding.dimmed import Dimmed
-from agent.grounding.ink import INK_SCALE, covering, split_at_underlines, stretched, unread
+from agent.grounding.ink import (
+    INK_SCALE,
+    covering,
+    split_at_underlines,
+    stretched,
+    unread,
+    with_its_row,
+)
 from agent.grounding.text import Word, candidates
 from agent.screen.capture import Rect
 
@@ -70,7 +77,9 @@ class PartReader:
                label: str) -> tuple[list[Word], list[Word]]:
         """``words`` with the places of unread ink read apart (contrast stretched), then
         cut at links' underlines; and the words read there behind a dialog."""
-        places = unread(image, covering([*words, *hidden]), dim.covers)
+        places = list(dict.fromkeys(
+            with_its_row(place, words)
+            for place in unread(image, covering([*words, *hidden]), dim.covers)))
         parts = [(place, INK_SCALE) for place in places]
         behind: list[Word] = []
         for (place, _), place_words in zip(parts, self.closer(image, parts, label,

@@ -134,6 +134,25 @@ def unread(image: Image.Image, covered: Sequence[Box],
     return sorted(out, key=lambda b: (b[1], b[0]))
 
 
+def with_its_row(place: Box, words: Sequence[Word]) -> Box:
+    """``place`` joined with the words of its row it touches (a gap of at most its height,
+    in turn along the row): a light grey link read in pieces, its words boxed short and
+    the ink between them unread ("Aide en" and "ligne" around an unread "n li"), is read
+    again whole, not as a piece between two phrases."""
+    left, top, w, h = place
+    right, bottom = left + w, top + h
+    grown = True
+    while grown:
+        grown = False
+        for word in words:
+            x, y, ww, wh = word.box
+            if not top <= y + wh / 2 <= bottom or x + ww < left - h or x > right + h:
+                continue
+            if x < left or x + ww > right:
+                left, right, grown = min(left, x), max(right, x + ww), True
+    return (left, top, right - left, h)
+
+
 def _fills(grey: npt.NDArray[np.int16], box: Box) -> list[Box]:
     """The dark filled parts of a place that is otherwise light (a white-on-blue button
     beside the page's other text): read apart, each is wholly light on dark, and

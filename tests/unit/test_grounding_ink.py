@@ -14,7 +14,13 @@ from PIL import Image, ImageDraw
 
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
-from agent.grounding.ink import covering, split_at_underlines, stretched, unread
+from agent.grounding.ink import (
+    covering,
+    split_at_underlines,
+    stretched,
+    unread,
+    with_its_row,
+)
 from agent.grounding.near import under_heading
 from agent.grounding.text import Candidate, Word, phrases
 from messages.workflow import TargetSpec
@@ -178,6 +184,25 @@ def test_a_light_grey_link_read_as_nonsense_is_read_apart(read: Any, label: str)
     found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
                           (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
     assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_unread_ink_between_words_of_a_link_is_read_with_them(read: Any) -> None:
+    """"Aide en ligne" read as "Aide en", an unread "n li" and "ligne", boxed short: the
+    piece of ink alone read as "n" and "ic" (before: ``target_not_found``)."""
+    name = "tuning-patients-window-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == "Aide en ligne"]
+    found = resolve_point(TargetSpec(by_text="Aide en ligne"),
+                          Image.open(DATA / name).convert("RGB"), (0, 0), (0, 0, 1920, 1080),
+                          SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_a_place_takes_the_words_of_its_row_it_touches() -> None:
+    words = [Word("Aide", 0.83, (63, 263, 26, 10), 0), Word("en", 0.97, (95, 266, 9, 8), 0),
+             Word("ligne", 0.97, (120, 266, 22, 10), 0),
+             Word("Annuaire", 0.96, (63, 242, 54, 10), 1),  # the row above
+             Word("Patient", 0.96, (334, 263, 45, 11), 0)]  # far along the row
+    assert with_its_row((103, 258, 21, 21), words) == (63, 258, 79, 21)
 
 
 def test_a_word_read_unsurely_covers_no_ink() -> None:

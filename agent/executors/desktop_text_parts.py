@@ -21,7 +21,6 @@ from agent.grounding.ink import (
     split_at_underlines,
     stretched,
     unread,
-    with_its_row,
 )
 from agent.grounding.text import Word, candidates
 from agent.screen.capture import Rect
@@ -77,9 +76,7 @@ class PartReader:
                label: str) -> tuple[list[Word], list[Word]]:
         """``words`` with the places of unread ink read apart (contrast stretched), then
         cut at links' underlines; and the words read there behind a dialog."""
-        places = list(dict.fromkeys(
-            with_its_row(place, words)
-            for place in unread(image, covering([*words, *hidden]), dim.covers)))
+        places = unread(image, covering([*words, *hidden]), dim.covers, words=words)
         parts = [(place, INK_SCALE) for place in places]
         behind: list[Word] = []
         for (place, _), place_words in zip(parts, self.closer(image, parts, label,

@@ -101,11 +101,12 @@ def covering(words: Sequence[Word]) -> list[Box]:
 
 def unread(image: Image.Image, covered: Sequence[Box],
            skip: Callable[[Box], bool] = lambda box: False,
-           cap: int = MAX_UNREAD) -> list[Box]:
+           cap: int = MAX_UNREAD, words: Sequence[Word] = ()) -> list[Box]:
     """The places of ``image`` with ink that no box of ``covered`` (the words read) holds:
     cut into columns at wide blank columns, into lines at blank rows, into pieces at gaps
     wider than a line's height; ``skip`` (a dimmed place) set aside; the ``cap`` with the
-    most ink, each with ``PAD`` around it, top to bottom."""
+    most ink, each with ``PAD`` around it and joined with the ``words`` of its row it
+    touches (:func:`with_its_row`), top to bottom."""
     mask = ink(image)
     for left, top, w, h in covered:
         mask[max(0, top - COVER_PAD):top + h + COVER_PAD,
@@ -129,9 +130,9 @@ def unread(image: Image.Image, covered: Sequence[Box],
     for _, (left, top, w, h) in sorted(found, key=lambda f: -f[0])[:cap]:
         x0, y0 = max(0, left - PAD), max(0, top - PAD)
         box = (x0, y0, min(size[0], left + w + PAD) - x0, min(size[1], top + h + PAD) - y0)
-        out.append(box)
-        out.extend(_fills(grey, box))
-    return sorted(out, key=lambda b: (b[1], b[0]))
+        out.append(with_its_row(box, words))
+        out.extend(_fills(grey, box))  # a fill alone: joined with its row, not inverted
+    return sorted(dict.fromkeys(out), key=lambda b: (b[1], b[0]))
 
 
 def with_its_row(place: Box, words: Sequence[Word]) -> Box:

@@ -49,8 +49,11 @@ def web_searches(screens: list[dict[str, Any]], data: Path,
         for c in s["controls"]:
             text, behind = c["text"], c["behind"]
             seen[text, behind] += 1
-            box = [o for o in origin["controls"] if o["text"] == text
-                   and o["behind"] == behind][seen[text, behind] - 1]["box"]
+            same = [o for o in origin["controls"] if o["text"] == text
+                    and o["behind"] == behind]
+            if len(same) < seen[text, behind]:
+                continue  # off the recorded layout's window: no position nor anchor
+            box = same[seen[text, behind] - 1]["box"]
             if behind and normalise(text) in front_controls:
                 continue  # the dialog's own control of that text is the target
             x, y, w, h = box

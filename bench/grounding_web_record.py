@@ -1,9 +1,10 @@
 """Record the web grounding set: pages of a hospital web application (bench/web_pages.py)
 rendered by Debian's Chromium through Playwright, labelled from the DOM.
 
-    python -m bench.grounding_web_record [--out tests/data/grounding_web]
+    python -m bench.grounding_web_record [--out tests/data/grounding_web] [--part PART]
 
-For each part (``tuning``, ``held-out``), page, layout (``recorded``, ``moved``) and zoom
+For each part (``tuning``, ``held-out``, ``held-out-2``; ``--part``: only that one, the
+other parts' screens and labels kept as they are), page, layout (``recorded``, ``moved``) and zoom
 (100, 125, 150 %), two screens of one 1920x1080 monitor:
 
 - ``alone``: the page alone (headless, a viewport of 1920/zoom x 1080/zoom CSS pixels at a
@@ -166,13 +167,20 @@ def _save(out: Path, image: Image.Image, part: str, kind: str, mode: str, zoom: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--part", action="append", choices=PARTS,
+                        help="record only this part (again: several); the others kept")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
 
-    configs = list(itertools.product(PARTS, PAGES, LAYOUTS, ZOOMS))
+    parts = args.part or list(PARTS)
+    configs = list(itertools.product(parts, PAGES, LAYOUTS, ZOOMS))
     with sync_playwright() as pw:
         screens = record_alone(pw, configs, args.out) + record_window(pw, configs, args.out)
+    known = args.out / "labels.json"
+    if args.part and known.is_file():
+        kept = [s for s in json.loads(known.read_text())["screens"] if s["part"] not in parts]
+        screens = kept + screens
     (args.out / "labels.json").write_text(json.dumps({"screens": screens}, indent=1,
                                                      ensure_ascii=False) + "\n")
     return 0

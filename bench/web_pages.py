@@ -4,8 +4,11 @@ results, a form, the form under a modal dialog, a dense inbox, prescriptions), a
 Pure: a page kind, a part of the set, a layout and a seed in, one HTML document out.
 Every control a person would click carries ``data-ctl``; a row's or a card's controls
 carry the text that says which one (``data-row``: the row's first cell or the card's
-heading). The ``held-out`` part has its own data (other patients, other tests), its own
-font and colours, so that nothing tuned on the ``tuning`` part has seen it.
+heading). Each held-out part has its own data (other patients, tests, drugs, messages),
+its own font and colours, so that nothing tuned on the ``tuning`` part has seen it:
+``held-out`` (held-out-1 in docs/grounding.md, seen since: a kind of its misses was read
+while tuning) and ``held-out-2``, recorded after it and never looked at while tuning. Its
+font, Nimbus Sans, is Debian's ``fonts-urw-base35`` (needed to record it again).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import random
 from dataclasses import dataclass
 
 PAGES = ("patients", "labo", "form", "dialog", "inbox", "prescriptions")
-PARTS = ("tuning", "held-out")
+PARTS = ("tuning", "held-out", "held-out-2")
 LAYOUTS = ("recorded", "moved")
 
 
@@ -28,24 +31,34 @@ class Theme:
 
 
 THEMES = {"tuning": Theme("Liberation Sans", "#1565c0", "#1f2d3d", "#9aa3ad"),
-          "held-out": Theme("DejaVu Sans", "#2e7d32", "#3b2f4a", "#a0a0a0")}
+          "held-out": Theme("DejaVu Sans", "#2e7d32", "#3b2f4a", "#a0a0a0"),
+          "held-out-2": Theme("Nimbus Sans", "#ad1457", "#263238", "#98a2ac")}
 NAMES = {"tuning": ["Martin", "Bernard", "Dubois", "Thomas", "Robert", "Richard", "Petit",
                     "Durand", "Leroy", "Moreau", "Simon", "Laurent"],
          "held-out": ["Lefèvre", "Michel", "Garcia", "David", "Bertrand", "Roux", "Vincent",
-                      "Fournier", "Morel", "Girard", "André", "Mercier"]}
+                      "Fournier", "Morel", "Girard", "André", "Mercier"],
+         "held-out-2": ["Bonnet", "Dupont", "Lambert", "Fontaine", "Rousseau", "Blanc",
+                        "Guérin", "Muller", "Henry", "Roussel", "Nicolas", "Perrin"]}
 FIRST = {"tuning": ["Jeanne", "Paul", "Claire", "Louis", "Anne", "Marc", "Julie", "Hugo"],
          "held-out": ["Sophie", "Pierre", "Camille", "Nicolas", "Élise", "Jules", "Inès",
-                      "Yves"]}
+                      "Yves"],
+         "held-out-2": ["Lucie", "Antoine", "Margaux", "Théo", "Agnès", "Rémi", "Chloé",
+                        "Gaël"]}
 TESTS = {"tuning": [("Hémoglobine", "g/dL"), ("Créatinine", "µmol/L"), ("Potassium", "mmol/L"),
                     ("Sodium", "mmol/L"), ("Glycémie", "mmol/L"), ("Leucocytes", "G/L"),
                     ("Plaquettes", "G/L"), ("CRP", "mg/L")],
          "held-out": [("Ferritine", "µg/L"), ("Urée", "mmol/L"), ("Calcium", "mmol/L"),
                       ("Albumine", "g/L"), ("Bilirubine", "µmol/L"), ("TSH", "mUI/L"),
-                      ("Troponine", "ng/L"), ("Lactates", "mmol/L")]}
+                      ("Troponine", "ng/L"), ("Lactates", "mmol/L")],
+         "held-out-2": [("Magnésium", "mmol/L"), ("Phosphore", "mmol/L"),
+                        ("Cholestérol", "g/L"), ("Triglycérides", "g/L"), ("INR", "ratio"),
+                        ("Procalcitonine", "µg/L"), ("Lipase", "UI/L"), ("Vitamine D", "nmol/L")]}
 DRUGS = {"tuning": ["Amoxicilline", "Paracétamol", "Ibuprofène", "Oméprazole", "Héparine",
                     "Furosémide"],
          "held-out": ["Ceftriaxone", "Métformine", "Tramadol", "Lévothyrox", "Enoxaparine",
-                      "Amlodipine"]}
+                      "Amlodipine"],
+         "held-out-2": ["Vancomycine", "Prednisolone", "Morphine", "Bisoprolol", "Insuline",
+                        "Spironolactone"]}
 SERVICES = ["Cardiologie", "Pneumologie", "Urgences", "Gériatrie", "Chirurgie", "Pédiatrie"]
 NAV = ["Accueil", "Patients", "Agenda", "Laboratoire", "Messagerie", "Déconnexion"]
 ABSENT = ["Valider la prescription", "Sortie définitive", "Exporter en PDF",
@@ -55,6 +68,13 @@ LOREM = ("Le patient a été revu ce matin en consultation de suivi. Les constan
          "stables, la douleur est mieux contrôlée depuis l'adaptation du traitement. Un "
          "contrôle biologique est prévu dans la semaine, avec un avis du médecin référent "
          "si la créatinine augmente. La famille a été informée des résultats.")
+LOREMS = {"tuning": LOREM, "held-out": LOREM,
+          "held-out-2": ("Reçue aux urgences hier soir pour une dyspnée, la patiente a été "
+                         "transférée dans le service après un scanner sans anomalie. "
+                         "L'oxygène a pu être diminué cette nuit ; une kinésithérapie "
+                         "respiratoire est demandée. Merci de rappeler le pharmacien avant "
+                         "toute modification du traitement anticoagulant.")}
+"""The inbox's message text, by part (the first two parts share one)."""
 
 
 def css(theme: Theme) -> str:
@@ -192,7 +212,7 @@ def _inbox(rng: random.Random, part: str, layout: str) -> str:
     for i, name in enumerate(rng.sample(NAMES[part], 10)):
         who = f"Dr {name}"
         start = rng.randint(0, 120)
-        text = LOREM[start:start + 150]
+        text = LOREMS[part][start:start + 150]
         out.append(f"<div class='msg'><b>{html.escape(who)}</b> – {i + 8}h{rng.randint(10, 59)}"
                    f" – Objet : {html.escape(rng.choice(SERVICES))}<p>{html.escape(text)}</p>"
                    f"{ctl('a', 'Répondre', who, cls='link')} "

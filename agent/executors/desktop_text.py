@@ -28,6 +28,7 @@ from agent.grounding.anchor import (
     score_near,
 )
 from agent.grounding.bands import coloured_bands, strips
+from agent.grounding.closer import CLOSER_SCALE, read_closer, with_closer_reading
 from agent.grounding.dimmed import Dimmed
 from agent.grounding.items import item_by_place
 from agent.grounding.near import by_row, on_row
@@ -44,7 +45,6 @@ from agent.grounding.second_look import (
     twin_seen_again,
 )
 from agent.grounding.text import (
-    CLOSER_SCALE,
     DEFAULT_MARGIN,
     DEFAULT_MIN_SCORE,
     Box,
@@ -54,9 +54,7 @@ from agent.grounding.text import (
     candidates,
     decide,
     other_word,
-    read_closer,
     seen,
-    with_closer_reading,
 )
 from agent.screen.capture import Rect
 from messages.workflow import TargetSpec

@@ -13,9 +13,16 @@ from dataclasses import dataclass, replace
 
 from PIL import Image, ImageOps
 
+from agent.grounding.closer import with_closer_reading
 from agent.grounding.dimmed import Dimmed
-from agent.grounding.ink import INK_SCALE, split_at_underlines, stretched, unread
-from agent.grounding.text import Word, candidates, with_closer_reading
+from agent.grounding.ink import (
+    INK_SCALE,
+    covering,
+    split_at_underlines,
+    stretched,
+    unread,
+)
+from agent.grounding.text import Word, candidates
 from agent.screen.capture import Rect
 
 ReadWords = Callable[[Image.Image], list[Word]]
@@ -69,7 +76,7 @@ class PartReader:
                label: str) -> tuple[list[Word], list[Word]]:
         """``words`` with the places of unread ink read apart (contrast stretched), then
         cut at links' underlines; and the words read there behind a dialog."""
-        places = unread(image, [w.box for w in (*words, *hidden)], dim.covers)
+        places = unread(image, covering([*words, *hidden]), dim.covers, words=words)
         parts = [(place, INK_SCALE) for place in places]
         behind: list[Word] = []
         for (place, _), place_words in zip(parts, self.closer(image, parts, label,

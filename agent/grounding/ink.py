@@ -13,6 +13,7 @@ words out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,11 @@ RULE_LENGTH = (48, 160)
 not text: it would join the lines of text it runs beside."""
 COVER_PAD = 3
 """Pixels around a word read that its ink still belongs to."""
+COVER_CONF = 0.5
+"""A word read with less confidence than this covers no ink: a light grey link read in a
+wide part (a page's whole light background read as a coloured band) comes out as
+nonsense at a confidence near 0 ("SINEEMENLE" for "Comptes rendus"), and is read apart
+as unread ink would be (:func:`covering`)."""
 COLUMN_GAP = 24
 """Blank columns this wide part two columns of a page (a side menu, the content)."""
 LINE_HEIGHT = (5, 60)
@@ -88,13 +94,19 @@ def _spans(flags: Any, join: int) -> list[tuple[int, int]]:
     return out
 
 
+def covering(words: Sequence[Word]) -> list[Box]:
+    """The boxes of the words read surely enough to cover their ink (``COVER_CONF``)."""
+    return [w.box for w in words if w.conf >= COVER_CONF]
+
+
 def unread(image: Image.Image, covered: Sequence[Box],
            skip: Callable[[Box], bool] = lambda box: False,
-           cap: int = MAX_UNREAD) -> list[Box]:
+           cap: int = MAX_UNREAD, words: Sequence[Word] = ()) -> list[Box]:
     """The places of ``image`` with ink that no box of ``covered`` (the words read) holds:
     cut into columns at wide blank columns, into lines at blank rows, into pieces at gaps
     wider than a line's height; ``skip`` (a dimmed place) set aside; the ``cap`` with the
-    most ink, each with ``PAD`` around it, top to bottom."""
+    most ink, each with ``PAD`` around it and joined with the ``words`` of its row it
+    touches (:func:`with_its_row`), top to bottom."""
     mask = ink(image)
     for left, top, w, h in covered:
         mask[max(0, top - COVER_PAD):top + h + COVER_PAD,
@@ -118,9 +130,28 @@ def unread(image: Image.Image, covered: Sequence[Box],
     for _, (left, top, w, h) in sorted(found, key=lambda f: -f[0])[:cap]:
         x0, y0 = max(0, left - PAD), max(0, top - PAD)
         box = (x0, y0, min(size[0], left + w + PAD) - x0, min(size[1], top + h + PAD) - y0)
-        out.append(box)
-        out.extend(_fills(grey, box))
-    return sorted(out, key=lambda b: (b[1], b[0]))
+        out.append(with_its_row(box, words))
+        out.extend(_fills(grey, box))  # a fill alone: joined with its row, not inverted
+    return sorted(dict.fromkeys(out), key=lambda b: (b[1], b[0]))
+
+
+def with_its_row(place: Box, words: Sequence[Word]) -> Box:
+    """``place`` joined with the words of its row it touches (a gap of at most its height,
+    in turn along the row): a light grey link read in pieces, its words boxed short and
+    the ink between them unread ("Aide en" and "ligne" around an unread "n li"), is read
+    again whole, not as a piece between two phrases."""
+    left, top, w, h = place
+    right, bottom = left + w, top + h
+    grown = True
+    while grown:
+        grown = False
+        for word in words:
+            x, y, ww, wh = word.box
+            if not top <= y + wh / 2 <= bottom or x + ww < left - h or x > right + h:
+                continue
+            if x < left or x + ww > right:
+                left, right, grown = min(left, x), max(right, x + ww), True
+    return (left, top, right - left, h)
 
 
 def _fills(grey: npt.NDArray[np.int16], box: Box) -> list[Box]:
@@ -171,6 +202,10 @@ UNDER_BOX = 4
 underline, so the lower half of the box is looked at too)."""
 UNDERLINE_ROWS = 2
 """An underline is at most this many rows thick (two at 150 %)."""
+UNDERLINE_FROM = 0.7
+"""An underline is this far down a word's box or lower (0.74 and more on the set's links,
+a descender boxed with them): higher, a row of the letters' middle that looks like one
+(white text on a filled button, "Valider les résultats", read at 0.55 of its height)."""
 BOX_SLACK = 0.25
 """A word's box may run past its ink by this share of its height at each end (seen: a
 "Page" boxed three pixels left of its "P"): the underline is looked for inside it."""
@@ -202,7 +237,7 @@ def _underline(grey: npt.NDArray[np.int16], word: Word) -> int | None:
     ground = np.median(area)
     marks = np.abs(area - ground) >= INK_CONTRAST // 2
     full = marks.mean(axis=1)
-    for i in range(len(full) - 3, max(2, wh // 2), -1):
+    for i in range(len(full) - 3, max(2, math.ceil(UNDERLINE_FROM * wh) - 1), -1):
         if full[i + 1] >= UNDERLINE_ALONE or full[i + 2] >= UNDERLINE_ALONE:
             continue
         first = i  # the line's top row: one or two rows thick

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.grounding.text import Candidate, Decision, Word, contains, rows, runs, seen
+from agent.grounding.text import (
+    Candidate,
+    Decision,
+    Word,
+    contains,
+    overlap,
+    rows,
+    runs,
+    seen,
+)
 
 ROW_BAND = 0.5
 """Two places are on one row when their middles are within this share of the taller's
@@ -76,8 +85,8 @@ def by_row(found: Sequence[Candidate], words: Sequence[Word], label: str, near: 
         return Decision(None, ranked, error="target_not_found",
                         detail=f"no text like {label!r} (score >= {min_score}); "
                                + seen(ranked))
-    marks = [m for m in runs(words, near, min_score)
-             if not any(m.box == c.box for c in contenders)]
+    marks = _places([m for m in runs(words, near, min_score)
+                     if not any(m.box == c.box for c in contenders)])
     if not marks:
         return Decision(None, ranked, error="target_not_found",
                         detail=f"{label!r} is read, but no text like {near!r}, whose row "
@@ -103,3 +112,13 @@ def by_row(found: Sequence[Candidate], words: Sequence[Word], label: str, near: 
                         detail=f"on the row of {near!r}, {chosen[0].describe()}: too unlike "
                                f"{label!r}")
     return Decision(chosen[0], ranked, tie_broken_by=f"row of {near!r}")
+
+
+def _places(marks: Sequence[Candidate]) -> list[Candidate]:
+    """One mark a place: of marks that overlap (the same words read whole and in part,
+    "Dr Bertrand" and its "Bertrand"), the best scoring."""
+    out: list[Candidate] = []
+    for m in sorted(marks, key=lambda m: -m.score):
+        if not any(overlap(m.box, o.box) for o in out):
+            out.append(m)
+    return out

@@ -14,7 +14,13 @@ from PIL import Image, ImageDraw
 
 from agent.executors.desktop_target import resolve_point
 from agent.executors.desktop_text import TextSettings
-from agent.grounding.ink import split_at_underlines, stretched, unread
+from agent.grounding.ink import (
+    covering,
+    split_at_underlines,
+    stretched,
+    unread,
+    with_its_row,
+)
 from agent.grounding.near import under_heading
 from agent.grounding.text import Candidate, Word, phrases
 from messages.workflow import TargetSpec
@@ -99,6 +105,17 @@ def _skipped_ink(draw: ImageDraw.ImageDraw, left: int, right: int, descenders: l
     draw.line((x0, 34, right, 34), fill="black")
 
 
+def test_white_text_on_a_filled_button_has_no_underline_to_cut_at() -> None:
+    """Its letters' middle row looked like an underline under each word, with a gap
+    between two words: "Valider les" and "résultats" were cut into two phrases and the
+    button was not found (before: ``target_not_found``)."""
+    shot = Image.open(DATA / "tuning-labo-alone-100-moved.png").convert("RGB")
+    words = [Word("Valider", 0.97, (330, 494, 42, 11), 0), Word("les", 0.96, (377, 494, 17,
+                                                                            11), 0),
+             Word("résultats", 0.96, (399, 494, 52, 11), 0)]
+    assert {w.line for w in split_at_underlines(shot, words)} == {0}
+
+
 def test_an_underline_broken_by_descenders_still_parts_two_links() -> None:
     """"Page précédente Page suivante" at 100 %: each "Page"'s underline is broken around
     its "g"; before, neither was an underline and the four words stayed one phrase."""
@@ -155,6 +172,43 @@ def test_a_light_grey_link_is_found(read: Any, label: str) -> None:
     found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
                           (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
     assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+@pytest.mark.parametrize("label", ["Mes patients", "Comptes rendus"])
+def test_a_light_grey_link_read_as_nonsense_is_read_apart(read: Any, label: str) -> None:
+    """In a browser window at 100 %, the page's light background read as a band gives the
+    side menu's links as nonsense at a confidence near 0 ("SINEEMENLE"): that reading
+    covered their ink, so it was never read apart (before: ``target_not_found``)."""
+    name = "tuning-patients-window-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == label]
+    found = resolve_point(TargetSpec(by_text=label), Image.open(DATA / name).convert("RGB"),
+                          (0, 0), (0, 0, 1920, 1080), SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_unread_ink_between_words_of_a_link_is_read_with_them(read: Any) -> None:
+    """"Aide en ligne" read as "Aide en", an unread "n li" and "ligne", boxed short: the
+    piece of ink alone read as "n" and "ic" (before: ``target_not_found``)."""
+    name = "tuning-patients-window-100-recorded.png"
+    (c,) = [c for c in _screen(name)["controls"] if c["text"] == "Aide en ligne"]
+    found = resolve_point(TargetSpec(by_text="Aide en ligne"),
+                          Image.open(DATA / name).convert("RGB"), (0, 0), (0, 0, 1920, 1080),
+                          SCALES, 0.85, TextSettings(read))
+    assert found.found and _inside(c["box"], found.x, found.y), found
+
+
+def test_a_place_takes_the_words_of_its_row_it_touches() -> None:
+    words = [Word("Aide", 0.83, (63, 263, 26, 10), 0), Word("en", 0.97, (95, 266, 9, 8), 0),
+             Word("ligne", 0.97, (120, 266, 22, 10), 0),
+             Word("Annuaire", 0.96, (63, 242, 54, 10), 1),  # the row above
+             Word("Patient", 0.96, (334, 263, 45, 11), 0)]  # far along the row
+    assert with_its_row((103, 258, 21, 21), words) == (63, 258, 79, 21)
+
+
+def test_a_word_read_unsurely_covers_no_ink() -> None:
+    words = [Word("SINEEMENLE", 0.0, (40, 40, 60, 10), 0), Word("Patients", 0.95,
+                                                              (40, 100, 50, 11), 1)]
+    assert covering(words) == [(40, 100, 50, 11)]
 
 
 def test_an_anchor_among_many_rows_alike_never_clicks_another_row(read: Any) -> None:

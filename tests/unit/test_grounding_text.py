@@ -14,6 +14,7 @@ from PIL import Image
 from agent.executors.desktop_config import ConfigError, DesktopConfig
 from agent.executors.desktop_target import resolution_order, resolve_point
 from agent.executors.desktop_text import TextSettings
+from agent.grounding.closer import read_closer
 from agent.grounding.items import item_by_place
 from agent.grounding.second_look import look_again_boxes, near_misses, twin_seen_again
 from agent.grounding.text import (
@@ -23,7 +24,6 @@ from agent.grounding.text import (
     decide,
     normalise,
     phrases,
-    read_closer,
     stacks,
 )
 from messages.workflow import TargetSpec
